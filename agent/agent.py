@@ -1,0 +1,205 @@
+"""One chat's agent: builds the request, calls the model, compacts when it must."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.context_engine import ContextEngine
+from agent.errors import AgentError, ContextOverflowError, OutputCapError
+from agent.providers.base import Completion, Provider
+from agent.usage import CanonicalUsage
+
+log = logging.getLogger(__name__)
+
+MAX_OVERFLOW_ATTEMPTS = 3
+MAX_OUTPUT_CAP_ATTEMPTS = 3
+OVERFLOW_ADVICE = ("This conversation is too long for the model even after compacting it. "
+                   "Send /compress to condense it further, or /new to start fresh.")
+
+
+@dataclass(frozen=True)
+class UsageEntry:
+    model: str
+    purpose: str  # chat | summary
+    usage: CanonicalUsage
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a turn produced; the gateway persists it in one transaction."""
+
+    reply: str
+    new_messages: tuple[dict[str, Any], ...]  # assistant (and tool) messages of this turn
+    compaction: tuple[dict[str, Any], ...] | None = None  # the compacted live transcript
+    compacted_before_reply: bool = True  # False: compaction ran after the reply (post-turn)
+    usage: tuple[UsageEntry, ...] = ()
+    notices: tuple[str, ...] = ()
+    prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """A manual or hygiene compaction outside a model turn."""
+
+    before: tuple[dict[str, Any], ...]
+    after: tuple[dict[str, Any], ...]
+    changed: bool
+    usage: tuple[UsageEntry, ...] = ()
+    notices: tuple[str, ...] = ()
+
+
+class TurnFailed(AgentError):
+    """A turn could not be answered; `user_message` is the one sentence for the user."""
+
+    def __init__(self, user_message: str, *, cause: Exception | None = None,
+                 usage: tuple[UsageEntry, ...] = ()) -> None:
+        super().__init__(str(cause) if cause else user_message)
+        self.user_message = user_message
+        self.usage = usage
+
+
+@dataclass
+class ModelLimits:
+    """Windows providers revealed to be smaller than we thought, remembered per model."""
+
+    windows: dict[str, int] = field(default_factory=dict)
+
+    def remember(self, model: str, window: int) -> None:
+        self.windows[model] = min(window, self.windows.get(model, window))
+
+
+class Agent:
+    """Owns the live transcript of one session and its context engine instance."""
+
+    def __init__(self, provider: Provider, engine: ContextEngine, *,
+                 max_output_tokens: int = 1024, limits: ModelLimits | None = None,
+                 compression_enabled: bool = True) -> None:
+        self.provider = provider
+        self.engine = engine
+        self.max_output_tokens = max_output_tokens
+        self.limits = limits or ModelLimits()
+        self.compression_enabled = compression_enabled
+        self.messages: list[dict[str, Any]] = []
+        self._usage: list[UsageEntry] = []
+        self._compacted_during_recovery = False
+        remembered = self.limits.windows.get(provider.model)
+        if remembered and remembered < engine.context_length:
+            engine.update_model(provider.model, remembered)
+
+    # --- transcript -------------------------------------------------------------------
+    def load(self, messages: list[dict[str, Any]], state: dict[str, Any] | None = None) -> None:
+        self.messages = list(messages)
+        if state:
+            self.engine.restore_state(state)
+
+    def append(self, messages: list[dict[str, Any]]) -> None:
+        self.messages.extend(messages)
+
+    def record_usage(self, model: str, purpose: str, usage: CanonicalUsage) -> None:
+        """The engine's usage sink: summarizer calls are attributed to this session."""
+        self._usage.append(UsageEntry(model, purpose, usage))
+
+    def _drain_usage(self) -> tuple[UsageEntry, ...]:
+        spent, self._usage = tuple(self._usage), []
+        return spent
+
+    def _notices(self) -> tuple[str, ...]:
+        report = self.engine.last_report
+        return tuple(report.notices) if report else ()
+
+    # --- a model turn -------------------------------------------------------------------
+    async def run_turn(self) -> TurnResult:
+        """Answer the transcript as it stands (the user messages are already appended)."""
+        snapshot, state = list(self.messages), self.engine.export_state()
+        try:
+            return await self._run_turn()
+        except TurnFailed as failed:
+            self.messages, _ = snapshot, self.engine.restore_state(state)
+            raise TurnFailed(failed.user_message, usage=self._drain_usage()) from failed
+        except AgentError as exc:
+            self.messages, _ = snapshot, self.engine.restore_state(state)
+            raise TurnFailed(exc.user_message, cause=exc, usage=self._drain_usage()) from exc
+
+    async def _run_turn(self) -> TurnResult:
+        notices: list[str] = []
+        compacted = False
+        if self.compression_enabled and self.engine.should_compress_preflight(self.messages):
+            compacted = await self._compress(notices)
+        completion = await self._complete_with_recovery(notices, compacted)
+        compacted = compacted or self._compacted_during_recovery
+        reply_message = completion.message
+        self.messages.append(reply_message)
+        prompt_tokens = completion.usage.prompt_tokens
+        self.engine.update_from_response(completion.usage)
+        post_turn = False
+        if (self.compression_enabled and not compacted
+                and self.engine.should_compress(prompt_tokens)):
+            post_turn = await self._compress(notices, current_tokens=prompt_tokens)
+        return TurnResult(
+            reply=completion.text,
+            new_messages=(reply_message,),
+            compaction=tuple(self.messages) if (compacted or post_turn) else None,
+            compacted_before_reply=not post_turn,
+            usage=self._drain_usage(),
+            notices=tuple(notices),
+            prompt_tokens=prompt_tokens,
+        )
+
+    async def _compress(self, notices: list[str], *, current_tokens: int | None = None,
+                        focus_topic: str | None = None, force: bool = False) -> bool:
+        before = self.messages
+        after = await self.engine.compress(before, current_tokens=current_tokens,
+                                           focus_topic=focus_topic, force=force)
+        notices.extend(self._notices())
+        report = self.engine.last_report
+        changed = report.changed if report else after != before
+        if changed:
+            self.messages = after
+        return changed
+
+    async def _complete_with_recovery(self, notices: list[str], compacted: bool) -> Completion:
+        self._compacted_during_recovery = False
+        max_tokens = self.max_output_tokens
+        overflow_attempts = cap_attempts = 0
+        while True:
+            try:
+                completion = await self.provider.complete(self.messages, max_tokens=max_tokens)
+            except ContextOverflowError as exc:
+                overflow_attempts += 1
+                if overflow_attempts > MAX_OVERFLOW_ATTEMPTS:
+                    raise TurnFailed(OVERFLOW_ADVICE, cause=exc) from exc
+                self._learn_window(exc.limit)
+                if not await self._compress(notices, force=True):
+                    raise TurnFailed(OVERFLOW_ADVICE, cause=exc) from exc
+                self._compacted_during_recovery = True
+                continue
+            except OutputCapError as exc:
+                cap_attempts += 1
+                if cap_attempts > MAX_OUTPUT_CAP_ATTEMPTS or max_tokens <= 16:
+                    raise
+                # Only this call shrinks: the window and the transcript stay as they are.
+                lowered = exc.limit if exc.limit and exc.limit < max_tokens else max_tokens // 2
+                max_tokens = max(16, lowered)
+                log.info("output cap: retrying with max_tokens=%d", max_tokens)
+                continue
+            self._usage.append(UsageEntry(completion.model or self.provider.model, "chat",
+                                          completion.usage))
+            return completion
+
+    def _learn_window(self, limit: int | None) -> None:
+        if limit and limit < self.engine.context_length:
+            log.warning("model %s has a %d-token window, not %d; remembering it",
+                        self.provider.model, limit, self.engine.context_length)
+            self.limits.remember(self.provider.model, limit)
+            self.engine.update_model(self.provider.model, limit)
+
+    # --- compaction outside a turn ---------------------------------------------------------
+    async def compact(self, focus_topic: str | None = None, *, force: bool = True) -> CompactResult:
+        """Manual /compress (force) or gateway hygiene (not forced)."""
+        before = tuple(self.messages)
+        notices: list[str] = []
+        changed = await self._compress(notices, focus_topic=focus_topic, force=force)
+        return CompactResult(before=before, after=tuple(self.messages), changed=changed,
+                             usage=self._drain_usage(), notices=tuple(notices))

@@ -1,0 +1,374 @@
+"""ContextCompressor: the built-in context engine (context spec §2–7).
+
+Keeps the head and a token-budgeted tail verbatim and replaces the middle with a handoff
+summary written by the summary model from the original (redacted) turns. A failed summary
+never loses anything: the input is returned unchanged, or, when the request no longer
+fits, a deterministic extract stands in for the model's summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.compress_assembly import assemble, sanitize_pairs, validation_error
+from agent.compress_boundaries import Cut, find_cut, head_size, lighten_tail
+from agent.compress_guard import Guard
+from agent.context_engine import CompressionReport, ContextEngine, EngineSettings, EngineStatus
+from agent.errors import AuthError, ModelNotFoundError, ProviderError, ProviderUnavailableError
+from agent.extractive import extractive_summary
+from agent.providers.base import Provider
+from agent.redact import redact
+from agent.summary import Summarizer, finish_summary, task_text, upgrade_prefix
+from agent.summary_prompts import (
+    SYSTEM_NOTE,
+    notice_aborted,
+    notice_fallback,
+    notice_many_compactions,
+    notice_paused,
+    notice_skipped,
+    notice_summary_model_failed,
+)
+from agent.summary_render import TurnRenderer, recent_user_requests, split_summary
+from agent.tokens import Calibration, Message, TokenCache, Transcript
+from agent.usage import CanonicalUsage
+
+log = logging.getLogger(__name__)
+
+MIN_THRESHOLD_TOKENS = 64_000
+SMALL_WINDOW_THRESHOLD = 0.85
+SUMMARY_SHARE = 0.20
+SUMMARY_FLOOR = 2_000
+SUMMARY_WINDOW_SHARE = 0.05
+SUMMARY_CAP = 12_000
+SMALL_TRANSCRIPT_EXTRA = 4  # "too small": at most protect_first_n + 4 messages
+WARN_AFTER_COMPACTIONS = 2
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One cut of one transcript, shared by every phase of a compaction."""
+
+    head: list[Message]
+    middle: list[Message]
+    tail: list[Message]  # after the cheap pass
+    turns: list[Message]  # the middle without an earlier summary
+    previous: str | None  # the earlier summary found in the middle (or remembered)
+    last_user: Message | None  # the newest user message, which must survive verbatim
+
+
+def plain_error(exc: BaseException) -> str:
+    """One redacted line for the user and the log."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return redact(text if len(text) <= 200 else text[:199] + "…")
+
+
+class ContextCompressor(ContextEngine):
+    """The default engine: summarize the middle, keep head and tail."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.token_cache = TokenCache()
+        self.calibration = Calibration()
+        self.guard = Guard()
+        self.previous_summary: str | None = None
+        self.model = settings.main_provider.model if settings.main_provider else ""
+        self.protect_first_n = int(settings.extra.get("protect_first_n", 3))
+        self.protect_last_n = settings.protect_last_n
+        self.threshold_percent = min(1.0, max(0.0, settings.threshold))
+        self.target_ratio = min(0.80, max(0.10, settings.target_ratio))
+        self.max_output_tokens = settings.max_output_tokens
+        self.summary_context_length = settings.summary_context_length
+        self._clock = settings.clock or time.time  # wall clock: deadlines survive restarts
+        self.last_report = None
+        self._set_window(settings.context_length)
+
+    @property
+    def name(self) -> str:
+        return "compressor"
+
+    # --- thresholds (§2) ----------------------------------------------------------------
+    @property
+    def effective_window(self) -> int:
+        """The context window minus the room reserved for the reply."""
+        return max(self.context_length - self.max_output_tokens, 1)
+
+    def _set_window(self, context_length: int) -> None:
+        self.context_length = max(int(context_length), 1)
+        window = self.effective_window
+        threshold = max(self.threshold_percent * window, MIN_THRESHOLD_TOKENS)
+        if threshold >= window:
+            threshold = SMALL_WINDOW_THRESHOLD * window
+        self.threshold_tokens = int(threshold)
+        self.tail_token_budget = int(self.threshold_tokens * self.target_ratio)
+
+    def update_model(self, model: str, context_length: int, **kwargs: Any) -> None:
+        self.model = model
+        if kwargs.get("max_output_tokens"):
+            self.max_output_tokens = int(kwargs["max_output_tokens"])
+        if kwargs.get("summary_context_length"):
+            self.summary_context_length = int(kwargs["summary_context_length"])
+        self._set_window(context_length)
+
+    def summary_budget(self, tokens_summarized: int, summary_window: int) -> int:
+        """clamp(20% of the span, 2,000, min(5% of the window, 12,000)), ≤ ¼ summary window."""
+        upper = min(SUMMARY_WINDOW_SHARE * self.context_length, SUMMARY_CAP)
+        budget = min(max(SUMMARY_SHARE * tokens_summarized, SUMMARY_FLOOR), upper)
+        return max(1, int(min(budget, summary_window // 4)))
+
+    def _summary_window(self, provider: Provider) -> int:
+        if provider is self.settings.main_provider and provider is not self.settings.summary_provider:
+            return min(self.context_length, provider.context_length)
+        return self.summary_context_length or provider.context_length
+
+    # --- accounting (§3) ------------------------------------------------------------------
+    def update_from_response(self, usage: CanonicalUsage) -> None:
+        self.last_prompt_tokens = usage.prompt_tokens
+        self.last_completion_tokens = usage.output_tokens
+        self.last_total_tokens = usage.total_tokens
+
+    def calibrate(self, estimated_tokens: int, prompt_tokens: int) -> None:
+        self.calibration.observe(estimated_tokens, prompt_tokens)
+
+    def new_transcript(self, messages: Sequence[Message] = (), *, system_prompt: str | None = None,
+                       tools: list[dict[str, Any]] | None = None) -> Transcript:
+        """A running-total transcript that shares this engine's cache (warm compaction)."""
+        return Transcript(self.token_cache, messages, system_prompt=system_prompt, tools=tools)
+
+    def _raw_total(self, messages: Sequence[Message]) -> int:
+        if isinstance(messages, Transcript):
+            return messages.total
+        return self.token_cache.total(messages)
+
+    def raw_request_estimate(self, messages: Sequence[Message],
+                             tools: list[dict[str, Any]] | None = None) -> int:
+        """Uncalibrated request estimate: what `calibrate` compares against prompt_tokens."""
+        if isinstance(messages, Transcript):
+            return messages.raw_estimate()
+        return self.token_cache.total(messages) + self.token_cache.tools_tokens(tools)
+
+    def estimate_request(self, messages: Sequence[Message],
+                         tools: list[dict[str, Any]] | None = None) -> int:
+        return self.calibration.apply(self.raw_request_estimate(messages, tools))
+
+    def fits(self, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None) -> bool:
+        """Would the request (plus the reply's reserved room) fit the window? O(1) on a Transcript."""
+        return self.estimate_request(messages, tools) < self.effective_window
+
+    # --- triggers (§4) --------------------------------------------------------------------
+    def _guards_allow(self) -> bool:
+        return not self.guard.paused and not self.guard.in_cooldown(self._clock())
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        return self.threshold_tokens > 0 and tokens >= self.threshold_tokens and self._guards_allow()
+
+    def should_compress_preflight(self, messages: Sequence[Message],
+                                  tools: list[dict[str, Any]] | None = None) -> bool:
+        estimate = self.estimate_request(messages, tools)
+        if estimate < self.threshold_tokens:
+            return False
+        # A request that no longer fits must shrink whatever the guards say.
+        return estimate >= self.effective_window or self._guards_allow()
+
+    def has_content_to_compress(self, messages: Sequence[Message]) -> bool:
+        return self._plan(list(messages), light=True) is not None
+
+    # --- the cut (§5.1–5.3) -----------------------------------------------------------------
+    def _compacted(self, messages: Sequence[Message]) -> bool:
+        return self.compression_count > 0 or any(
+            split_summary(m)[0] is not None for m in messages[:3])
+
+    def _cut(self, messages: list[Message]) -> Cut | None:
+        compacted = self._compacted(messages)
+        has_system = bool(messages) and messages[0].get("role") == "system"
+        first_n = (1 if has_system else 0) if compacted else self.protect_first_n
+        if len(messages) <= first_n + SMALL_TRANSCRIPT_EXTRA:
+            return None
+        head_end = head_size(messages, self.protect_first_n, compacted)
+        cut = find_cut(messages, self.token_cache.tokens, head_end=head_end,
+                       tail_budget=self.tail_token_budget, protect_last_n=self.protect_last_n,
+                       count_cap=self.threshold_tokens // 2)
+        return None if cut.middle_empty else cut
+
+    def _plan(self, messages: list[Message], *, light: bool = False) -> _Plan | None:
+        cut = self._cut(messages)
+        if cut is None:
+            return None
+        middle = messages[cut.head_end:cut.tail_start]
+        previous, turns = self._split_previous(middle)
+        if not turns:
+            return None  # only an earlier summary in the middle: nothing new to fold in
+        tail = messages[cut.tail_start:]
+        if not light:
+            latest = cut.last_user - cut.tail_start if cut.last_user >= cut.tail_start else 0
+            tail = lighten_tail(tail, latest)
+        last_user = messages[cut.last_user] if cut.last_user >= cut.head_end else None
+        return _Plan(messages[:cut.head_end], middle, tail, turns, previous, last_user)
+
+    def _split_previous(self, middle: list[Message]) -> tuple[str | None, list[Message]]:
+        """The earlier summary (it sits at the start of the middle) and the real turns."""
+        for i, msg in enumerate(middle[:4]):
+            summary, rest = split_summary(msg)
+            if summary is None:
+                continue
+            turns = middle[:i] + middle[i + 1:]
+            if rest:  # merged into a real turn: that turn's own text is a new turn
+                turns.insert(i, {**msg, "content": rest})
+            return summary.replace(SYSTEM_NOTE, "").strip(), turns
+        remembered = self.previous_summary if self.compression_count > 0 else None
+        return remembered, middle
+
+    # --- compaction (§5–7) ------------------------------------------------------------------
+    async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
+                       focus_topic: str | None = None, *, force: bool = False
+                       ) -> list[dict[str, Any]]:
+        msgs = list(messages)
+        before = self._raw_total(messages)
+        if force:
+            self.guard.resume()  # a manual compaction lifts the anti-thrashing pause
+        plan = self._plan(msgs)
+        if plan is None:
+            return self._unchanged(msgs, "noop", before, focus_topic)
+        now = self._clock()
+        tokens = current_tokens if current_tokens is not None else self.calibration.apply(before)
+        fits = tokens < self.effective_window
+        cooling = not force and self.guard.in_cooldown(now)
+        if fits and not force and (cooling or self.guard.paused):
+            return self._unchanged(msgs, "skipped", before, focus_topic)
+        if cooling:  # does not fit and the summary model is resting: extract, do not call it
+            error = "it is resting after a recent failure"
+            return self._apply(msgs, plan, self._extract(plan), "fallback_used", before,
+                               focus_topic, 0, [notice_fallback(error)], error)
+        try:
+            summary, chunks, notices = await self._summarize(plan, focus_topic)
+        except AuthError as exc:
+            error = plain_error(exc)
+            log.warning("compaction aborted: the summary model refused credentials or quota: %s",
+                        error)
+            return self._unchanged(msgs, "aborted", before, focus_topic, error=error,
+                                   notices=(notice_aborted(error),))
+        except Exception as exc:  # transient kinds, and anything else a provider threw
+            return self._after_failure(msgs, plan, exc, now, fits, before, focus_topic)
+        self.guard.record_success()
+        return self._apply(msgs, plan, summary, "compressed", before, focus_topic, chunks, notices)
+
+    def _after_failure(self, msgs: list[Message], plan: _Plan, exc: Exception, now: float,
+                       fits: bool, before: int, focus: str | None) -> list[Message]:
+        error = plain_error(exc)
+        log.warning("summary failed (%s): %s", type(exc).__name__, error,
+                    exc_info=not isinstance(exc, ProviderError))
+        delay = self.guard.record_failure(now)
+        if fits:
+            return self._unchanged(msgs, "skipped", before, focus, error=error,
+                                   notices=(notice_skipped(error, delay),))
+        return self._apply(msgs, plan, self._extract(plan), "fallback_used", before, focus, 0,
+                           [notice_fallback(error)], error)
+
+    async def _summarize(self, plan: _Plan, focus: str | None) -> tuple[str, int, list[str]]:
+        """(stored summary, chunks, notices); retries once on the main model if a separate
+        summary model is missing, timing out or failing with 5xx."""
+        provider = self.settings.summary_provider or self.settings.main_provider
+        if provider is None:
+            raise ProviderUnavailableError("no summary model is configured")
+        try:
+            summary, chunks = await self._run_summary(provider, plan, focus)
+            return summary, chunks, []
+        except (ModelNotFoundError, ProviderUnavailableError) as exc:
+            main = self.settings.main_provider
+            if main is None or main is provider:
+                raise
+            error = plain_error(exc)
+            log.warning("summary model %s failed (%s); retrying on %s", provider.model, error,
+                        main.model)
+            summary, chunks = await self._run_summary(main, plan, focus)
+            return summary, chunks, [notice_summary_model_failed(provider.model, error)]
+
+    async def _run_summary(self, provider: Provider, plan: _Plan,
+                           focus: str | None) -> tuple[str, int]:
+        window = self._summary_window(provider)
+        budget = self.summary_budget(self.token_cache.total(plan.middle), window)
+        pieces = TurnRenderer(self.token_cache).render(plan.turns)
+        summarizer = Summarizer(provider, window=window, budget=budget,
+                                usage_sink=self.settings.usage_sink)
+        body, chunks = await summarizer.summarize(pieces, plan.previous, focus)
+        return finish_summary(body, self._task(plan)), chunks
+
+    def _task(self, plan: _Plan) -> str:
+        newest = recent_user_requests(plan.turns, self.token_cache, 1)
+        return task_text(newest[0] if newest else None, plan.previous)
+
+    def _extract(self, plan: _Plan) -> str:
+        return extractive_summary(plan.turns, self.token_cache, task=self._task(plan),
+                                  previous=plan.previous)
+
+    def _apply(self, msgs: list[Message], plan: _Plan, summary: str, outcome: str, before: int,
+               focus: str | None, chunks: int, notices: list[str],
+               error: str | None = None) -> list[Message]:
+        out = sanitize_pairs(assemble(plan.head, summary, plan.tail))
+        problem = validation_error(out, len(plan.head), plan.last_user)
+        if problem:  # a bug guard: never hand the provider a broken transcript
+            log.error("compaction produced an invalid transcript (%s); keeping the input", problem)
+            return self._unchanged(msgs, "aborted", before, focus, error=problem)
+        after = self.token_cache.total(out)
+        self.compression_count += 1
+        self.previous_summary = summary
+        if self.guard.record_saving(before, after):
+            notices.append(notice_paused())
+        if self.compression_count >= WARN_AFTER_COMPACTIONS:
+            notices.append(notice_many_compactions(self.compression_count))
+        kept = {id(m) for m in out}
+        self.token_cache.discard(m for m in msgs if id(m) not in kept)
+        self.last_report = CompressionReport(
+            outcome=outcome, messages_before=len(msgs), messages_after=len(out),
+            tokens_before=before, tokens_after=after, summary_chunks=chunks,
+            focus_topic=focus, error=error, notices=tuple(notices))
+        return out
+
+    def _unchanged(self, msgs: list[Message], outcome: str, before: int, focus: str | None, *,
+                   error: str | None = None, notices: tuple[str, ...] = ()) -> list[Message]:
+        self.last_report = CompressionReport(
+            outcome=outcome, messages_before=len(msgs), messages_after=len(msgs),
+            tokens_before=before, tokens_after=before, focus_topic=focus, error=error,
+            notices=notices)
+        return msgs
+
+    # --- status and persisted state -------------------------------------------------------
+    def get_status(self) -> EngineStatus:
+        base = super().get_status()
+        return EngineStatus(
+            last_prompt_tokens=base.last_prompt_tokens, threshold_tokens=base.threshold_tokens,
+            context_length=base.context_length, usage_percent=base.usage_percent,
+            compression_count=base.compression_count,
+            auto_compression_paused=self.guard.paused,
+            cooldown_until=self.guard.cooldown_until or None)
+
+    def on_session_reset(self) -> None:
+        super().on_session_reset()
+        self.previous_summary = None
+        self.guard.resume()
+        self.last_report = None
+
+    def export_state(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "compression_count": self.compression_count,
+            "last_prompt_tokens": self.last_prompt_tokens,
+            "previous_summary": self.previous_summary,
+            "guard": self.guard.export(),
+            "calibration": {"ratio": self.calibration.ratio,
+                            "samples": self.calibration.samples},
+        }
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        super().restore_state(state)
+        summary = state.get("previous_summary")
+        self.previous_summary = upgrade_prefix(summary) if isinstance(summary, str) else None
+        self.guard = Guard.restore(state.get("guard"))
+        calibration = state.get("calibration") or {}
+        self.calibration = Calibration(float(calibration.get("ratio", 1.0)),
+                                       int(calibration.get("samples", 0)))

@@ -1,0 +1,73 @@
+"""The provider seam: one async call from OpenAI-format messages to a completion."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.providers.windows import context_window_for
+from agent.usage import CanonicalUsage
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Everything needed to build a provider; mirrors the `model` config section."""
+
+    provider: str  # local | openai | anthropic
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None
+    context_length: int | None = None
+    max_output_tokens: int = 1024
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    model_path: str | None = None  # local provider: explicit GGUF path (tests, operators)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model answer: an OpenAI-format assistant message plus normalized usage."""
+
+    message: dict[str, Any]  # {"role": "assistant", "content": str | None, "tool_calls"?: [...]}
+    usage: CanonicalUsage
+    model: str
+    finish_reason: str | None = None
+    raw_usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        content = self.message.get("content")
+        return content if isinstance(content, str) else ""
+
+
+class Provider(ABC):
+    """A chat model behind some API. Raises only `agent.errors.ProviderError` kinds."""
+
+    kind: str = "base"
+
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    @property
+    def context_length(self) -> int:
+        """The model's window: config override, else a known table, else a safe default."""
+        return self.settings.context_length or context_window_for(self.kind, self.model)
+
+    @abstractmethod
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Completion:
+        """Send OpenAI-format messages (a leading system message allowed) and return the answer."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections or model memory."""

@@ -1,0 +1,138 @@
+"""OpenAI Chat Completions and every server that speaks it (OpenRouter, Ollama, vLLM, llama.cpp)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import openai
+
+from agent.errors import (
+    BadRequestError,
+    EmptyReplyError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from agent.providers.base import Completion, Provider, ProviderSettings
+from agent.providers.classify import from_status_exception, scrub
+from agent.usage import from_openai_chat
+
+log = logging.getLogger(__name__)
+
+
+def _strip_private(value: Any) -> Any:
+    """Drop our bookkeeping keys ("_..."), which strict servers reject as unknown fields."""
+    if isinstance(value, dict):
+        return {k: _strip_private(v) for k, v in value.items() if not str(k).startswith("_")}
+    if isinstance(value, list):
+        return [_strip_private(v) for v in value]
+    return value
+
+
+def _tool_calls(message: Any) -> list[dict[str, Any]]:
+    calls = []
+    for call in getattr(message, "tool_calls", None) or []:
+        function = getattr(call, "function", None)
+        if function is None:  # custom (non-function) tool calls have no place in our history
+            continue
+        calls.append({
+            "id": call.id,
+            "type": "function",
+            "function": {"name": function.name, "arguments": function.arguments or "{}"},
+        })
+    return calls
+
+
+def _wants_max_completion_tokens(err: ProviderError) -> bool:
+    # Newer OpenAI models refuse `max_tokens` and name the replacement in the error.
+    text = str(err)
+    return (isinstance(err, BadRequestError) and "max_completion_tokens" in text
+            and "max_tokens" in text and "support" in text.lower())
+
+
+class OpenAICompatProvider(Provider):
+    """A chat model behind the OpenAI Chat Completions API."""
+
+    kind = "openai"
+
+    def __init__(self, settings: ProviderSettings) -> None:
+        super().__init__(settings)
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key or "not-needed",  # local servers ignore the key
+            timeout=settings.timeout_s,
+            max_retries=settings.max_retries,
+        )
+        self._token_param = "max_tokens"
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Completion:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_strip_private(m) for m in messages],
+        }
+        if tools:
+            request["tools"] = _strip_private(tools)
+        if temperature is not None:
+            request["temperature"] = temperature
+        limit = max_tokens if max_tokens is not None else self.settings.max_output_tokens
+        try:
+            response = await self._create(request, limit)
+        except ProviderError as err:
+            if not _wants_max_completion_tokens(err) or self._token_param != "max_tokens":
+                raise
+            log.info("model %s wants max_completion_tokens; switching", self.model)
+            self._token_param = "max_completion_tokens"
+            response = await self._create(request, limit)
+        return self._to_completion(response)
+
+    async def _create(self, request: dict[str, Any], limit: int) -> Any:
+        secret = self.settings.api_key
+        try:
+            return await self._client.chat.completions.create(
+                **request, **{self._token_param: limit})
+        except openai.APITimeoutError as exc:
+            raise ProviderTimeoutError(
+                f"openai: no answer within {self.settings.timeout_s:g}s", provider=self.kind
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise ProviderUnavailableError(
+                f"openai: cannot reach {self._client.base_url}: {scrub(str(exc), secret)}",
+                provider=self.kind,
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise from_status_exception(exc, provider=self.kind, secret=secret) from exc
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai: {scrub(str(exc), secret)}", provider=self.kind) from exc
+
+    def _to_completion(self, response: Any) -> Completion:
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise EmptyReplyError("openai: the response had no choices", provider=self.kind)
+        choice = choices[0]
+        content = getattr(choice.message, "content", None)
+        calls = _tool_calls(choice.message)
+        if not content and not calls:
+            raise EmptyReplyError(
+                f"openai: empty reply (finish_reason={choice.finish_reason})", provider=self.kind)
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = calls
+        usage = getattr(response, "usage", None)
+        return Completion(
+            message=message,
+            usage=from_openai_chat(usage),
+            model=getattr(response, "model", None) or self.model,
+            finish_reason=choice.finish_reason,
+            raw_usage=usage.model_dump(exclude_none=True) if usage is not None else {},
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,285 @@
+"""Deterministic secret redaction for stored text, summarizer input and log lines (spec §7)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import re
+import string
+from collections.abc import Callable
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+_Replace = str | Callable[[re.Match[str]], str]
+
+
+# Characters that continue a token: a key match preceded by one is inside a longer word.
+_WORD = frozenset(string.ascii_letters + string.digits + "_-")
+
+
+class _Rule:
+    """One pattern plus the cheap checks that must pass before it is worth running.
+
+    Patterns start with a literal where possible: the regex engine then scans with a fast
+    prefix search, which a leading look-behind would disable. The "not inside a word" check
+    that a look-behind would do runs in Python, only on actual matches.
+    """
+
+    __slots__ = ("pattern", "replace", "triggers", "lowered", "quick", "not_after")
+
+    def __init__(self, pattern: str, replace: _Replace, triggers: tuple[str, ...], *,
+                 lowered: bool = False, quick: str | None = None,
+                 not_after: frozenset[str] = frozenset(),
+                 flags: int = 0) -> None:
+        self.pattern = re.compile(pattern, flags)
+        self.replace = replace
+        self.triggers = triggers
+        self.lowered = lowered  # triggers are matched against the lower-cased text
+        self.quick = re.compile(quick) if quick else None  # a must-match literal-led precheck
+        self.not_after = not_after
+
+    def apply(self, text: str, lower: str) -> str:
+        haystack = lower if self.lowered else text
+        for trigger in self.triggers:  # a plain loop: cheaper than any() over a generator
+            if trigger in haystack:
+                break
+        else:
+            return text
+        if self.quick is not None and self.quick.search(text) is None:
+            return text
+        return self.pattern.sub(self._replace, text)
+
+    def _replace(self, match: re.Match[str]) -> str:
+        start = match.start()
+        if self.not_after and start and match.string[start - 1] in self.not_after:
+            return match.group(0)
+        return self.replace if isinstance(self.replace, str) else self.replace(match)
+
+
+def _keep_prefix(match: re.Match[str]) -> str:
+    """Keep group 1 (a header name, a URL up to the password), replace the rest."""
+    tail = match.group(2) if match.re.groups > 1 else ""
+    return match.group(1) + REDACTED + tail
+
+
+def _discord(match: re.Match[str]) -> str:
+    # The shape alone also fits some dotted identifiers; a real bot token's first part is the
+    # base64 of the bot's numeric user id, which is a cheap and decisive check.
+    first = match.group(1)
+    try:
+        decoded = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4))
+    except (binascii.Error, ValueError):
+        return match.group(0)
+    return REDACTED if decoded.isdigit() else match.group(0)
+
+
+_TOKEN = r"[A-Za-z0-9_-]"
+
+# Order matters: whole blocks and headers first, then prefixed keys, so an
+# `api_key=sk-...` line is caught by the specific rule before the generic assignment pass.
+_RULES: tuple[_Rule, ...] = (
+    # PEM private keys, whole; an unterminated block swallows its base64/header lines.
+    _Rule(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----"
+          r"|(?:\r?\n(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*))*)",
+          REDACTED, ("-----BEGIN",), flags=re.DOTALL),
+    # Authorization headers (also JSON-quoted): keep the name and scheme, drop the value.
+    _Rule(r"(?i)(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*"
+          r"(?:(?:bearer|basic|token|digest|bot)[ \t]+)?)[^\s\"',;]+",
+          _keep_prefix, ("authorization",), lowered=True),
+    _Rule(r"(Bearer[ \t]+)[A-Za-z0-9._~+/=-]{16,}", _keep_prefix, ("Bearer",),
+          not_after=_WORD),
+    # scheme://user:password@host
+    _Rule(r"(://[^\s/:@]*:)[^\s/@]+(@)", _keep_prefix, ("://",)),
+    # Vendor keys with a fixed prefix. Hyphens and underscores belong to the key, so no
+    # tail survives (sk-ant-api03-..., sk-proj-...).
+    _Rule(rf"sk-{_TOKEN}{{20,}}", REDACTED, ("sk-",), not_after=_WORD),
+    _Rule(r"gh[pousr]_[A-Za-z0-9]{20,}", REDACTED, ("gh",), not_after=_WORD),
+    _Rule(r"github_pat_[A-Za-z0-9_]{20,}", REDACTED, ("github_pat_",), not_after=_WORD),
+    _Rule(r"xox[abposr]-[A-Za-z0-9-]{10,}", REDACTED, ("xox",), not_after=_WORD),
+    _Rule(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])", REDACTED, ("AKIA", "ASIA"), not_after=_WORD),
+    _Rule(rf"AIza{_TOKEN}{{35}}", REDACTED, ("AIza",), not_after=_WORD),
+    _Rule(r"hf_[A-Za-z0-9]{30,}", REDACTED, ("hf_",), not_after=_WORD),
+    _Rule(rf"eyJ{_TOKEN}{{8,}}\.eyJ{_TOKEN}{{8,}}\.{_TOKEN}*", REDACTED, ("eyJ",),
+          not_after=_WORD),
+    # Telegram bot token: numeric bot id, colon, 35 characters (also inside /bot<id>:<..>/).
+    _Rule(rf"\d{{6,12}}:{_TOKEN}{{35}}(?!{_TOKEN})", REDACTED, (":",),
+          quick=rf":{_TOKEN}{{35}}", not_after=frozenset(string.digits)),
+    # Discord bot token: base64(user id) . timestamp . hmac; the id is verified in _discord.
+    _Rule(rf"([MNO][A-Za-z0-9]{{23,27}})\.{_TOKEN}{{6}}\.{_TOKEN}{{27,38}}(?!{_TOKEN})",
+          _discord, (".",), quick=rf"\.{_TOKEN}{{6}}\.{_TOKEN}{{27}}", not_after=_WORD),
+)
+
+# Keys whose value is a secret. The word must end the key (`DB_PASSWORD`, `apiKey`,
+# `"client_secret"`), so counts like `max_tokens` and words like `author` are left alone.
+_SECRET_KEYS: tuple[str, ...] = tuple(
+    ["password", "passwd", "passphrase", "pwd", "secret", "token", "auth", "credential",
+     "credentials", "apikey", "accesskey", "privatekey", "secretkey", "access_key_id",
+     "access-key-id"]
+    + [f"{a}{sep}key" for a in ("api", "access", "private", "secret") for sep in "_-"]
+)
+_QUOTED_VALUE = re.compile(r"[ \t]*(\"(?:\\.|[^\"\\\n])+\"|'(?:\\.|[^'\\\n])+')")
+_BARE_VALUE = re.compile(r"[ \t]*(?![=:\"'])([^\s\"',;&]+)")
+# One finder per trigger word, led by the literal word so the scan is a fast prefix search
+# (an alternation of all words would be tried at every position). Group 1 ends the key.
+_KEY_FINDERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (word, re.compile(rf"({word}[a-z0-9_-]*)[\"']?[ \t]*[:=]"))
+    for word in ("pass", "pwd", "secret", "token", "key", "auth", "credential")
+)
+
+
+def _redact_assignments(text: str, lower: str) -> str:
+    """`key = value`, `key: value`, `"key": "value"` where the key names a secret."""
+    spans: dict[int, int] = {}  # value start -> end; several finders may hit one key
+    for word, finder in _KEY_FINDERS:
+        if word not in lower:
+            continue
+        for hit in finder.finditer(lower):
+            # The word must end the key: `db_password` yes, `max_tokens` or `keyboard` no.
+            if not lower.endswith(_SECRET_KEYS, 0, hit.end(1)):
+                continue
+            value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
+            if value is not None:
+                start, end = value.span(1)
+                if text[start] in "\"'":
+                    start, end = start + 1, end - 1
+                spans[start] = end
+    if not spans:
+        return text
+    pieces: list[str] = []
+    done = 0  # text[:done] is already in pieces
+    for start in sorted(spans):
+        if start < done:
+            continue  # inside a value already replaced
+        pieces += (text[done:start], REDACTED)
+        done = spans[start]
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _lower(text: str) -> str:
+    """Lower-case text, position for position (str.lower may lengthen a few code points)."""
+    lower = text.lower()
+    return lower if len(lower) == len(text) else text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def redact(text: str) -> str:
+    """Replace every secret the patterns know with REDACTED; idempotent."""
+    if not text:
+        return text
+    original = text
+    lower = _lower(text)
+    for rule in _RULES:
+        # `lower` may be stale after a replacement; it only gates triggers, and a
+        # replacement never adds one, so a stale copy costs at most a wasted regex run.
+        text = rule.apply(text, lower)
+    if text is not original:
+        lower = _lower(text)  # the assignment pass reads positions, so it must be fresh
+    return _redact_assignments(text, lower)
+
+
+def _redact_value(value: Any) -> Any:
+    """Redact a content value (string or list of parts); the same object when unchanged."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        parts = [_redact_part(p) for p in value]
+        if any(new is not old for new, old in zip(parts, value, strict=True)):
+            return parts
+    return value
+
+
+def _redact_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    changes: dict[str, Any] = {}
+    for key in ("text", "content"):  # text blocks; Anthropic-style tool_result blocks
+        if key in part:
+            new = _redact_value(part[key])
+            if new is not part[key]:
+                changes[key] = new
+    if "input" in part and isinstance(part["input"], str):  # tool_use input given as text
+        new = redact(part["input"])
+        if new != part["input"]:
+            changes["input"] = new
+    return {**part, **changes} if changes else part
+
+
+def _redact_tool_calls(calls: Any) -> Any:
+    if not isinstance(calls, list):
+        return calls
+    out: list[Any] = []
+    changed = False
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(args, str):
+            new_args = redact(args)
+            if new_args != args:
+                call = {**call, "function": {**fn, "arguments": new_args}}
+                changed = True
+        out.append(call)
+    return out if changed else calls
+
+
+def redact_message(msg: dict[str, Any]) -> dict[str, Any]:
+    """A redacted copy of an OpenAI-format message; the same object when nothing changed."""
+    changes: dict[str, Any] = {}
+    for key in ("content", "reasoning_content", "reasoning"):
+        if key in msg:
+            old = msg[key]
+            new = _redact_value(old)
+            if new is not old and new != old:
+                changes[key] = new
+    if "tool_calls" in msg:
+        new_calls = _redact_tool_calls(msg["tool_calls"])
+        if new_calls is not msg["tool_calls"]:
+            changes["tool_calls"] = new_calls
+    return {**msg, **changes} if changes else msg
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts every record it sees. Attach it to handlers: logger filters skip propagation."""
+
+    MIN_KNOWN_SECRET = 8  # shorter values would mask ordinary words in every log line
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._known: set[str] = set()
+        self._known_pattern: re.Pattern[str] | None = None
+
+    def add_known_secret(self, value: str | None) -> None:
+        """Mask this exact configured value (bot token, API key) even if no pattern fits it."""
+        if not value or len(value) < self.MIN_KNOWN_SECRET or value in self._known:
+            return
+        self._known.add(value)
+        # Longest first, so a secret that contains another is masked whole.
+        ordered = sorted(self._known, key=len, reverse=True)
+        self._known_pattern = re.compile("|".join(re.escape(s) for s in ordered))
+
+    def redact(self, text: str) -> str:
+        """Exact configured secrets first (they may not fit a pattern), then the patterns."""
+        pattern = self._known_pattern
+        if pattern is not None:
+            text = pattern.sub(REDACTED, text)
+        return redact(text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # bad format args: keep what we have rather than lose the line
+            message = f"{record.msg} {record.args!r}"
+        record.msg = self.redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            # Tracebacks are rendered after filters run; render now so they are redacted too.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        return True

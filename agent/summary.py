@@ -1,0 +1,204 @@
+"""Writing the handoff summary: bounded chunked requests, validation, grounding, the prefix."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent.context_engine import UsageSink
+from agent.errors import EmptyReplyError
+from agent.providers.base import Provider
+from agent.redact import redact
+from agent.summary_prompts import (
+    OLDER_PREFIXES,
+    SECTIONS,
+    SUMMARY_MARKER,
+    SUMMARY_PREFIX,
+    active_task_missing,
+    base_instructions,
+    first_request,
+    update_request,
+)
+from agent.summary_render import fit_chars
+from agent.tokens import CHARS_PER_TOKEN, MESSAGE_OVERHEAD, estimate_text
+
+log = logging.getLogger(__name__)
+
+MIN_WORDS = 20
+TASK_CHARS = 3_000  # an Active Task longer than this is head/tail-cut (a pasted document)
+MIN_CHUNK_CHARS = 1_000  # below this the summary window is too small to be useful
+_SEPARATOR = "\n\n"
+
+_KNOWN = "|".join(re.escape(name) for name in SECTIONS)
+# A heading line: markdown "#", a bold line, or a bare known section name with an optional colon.
+_HEADING = re.compile(
+    rf"^[ \t]*(?:#{{1,6}}[ \t]+.*|\*\*[^*\n]+\*\*[ \t]*:?[ \t]*|(?:{_KNOWN})[ \t]*:)[ \t]*$",
+    re.MULTILINE | re.IGNORECASE)
+_ACTIVE = re.compile(r"active[ \t]+task", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    text: str  # prefixed, grounded, redacted: ready to store
+    chunks: int
+    model: str
+
+
+class SummaryTooSmallWindow(EmptyReplyError):
+    """The summary model's window cannot hold even one turn next to the instructions."""
+
+
+# --- the prefix ------------------------------------------------------------------------
+def with_prefix(body: str) -> str:
+    return f"{SUMMARY_PREFIX}\n{body.strip()}"
+
+
+def strip_prefix(text: str) -> str:
+    """The body of a stored summary, whatever prefix (current or older) it carries."""
+    for old in OLDER_PREFIXES:
+        if text.startswith(old):
+            return text[len(old):].lstrip()
+    if text.startswith(SUMMARY_MARKER):
+        _, _, rest = text.partition("\n")
+        return rest.lstrip("\n")
+    return text
+
+
+def upgrade_prefix(text: str) -> str:
+    """Give a stored summary the current prefix, replacing an older one."""
+    return with_prefix(strip_prefix(text))
+
+
+# --- validation and grounding ------------------------------------------------------------
+def check_reply(text: str) -> str:
+    """Reject an empty or near-empty reply; the raw text otherwise."""
+    words = len(text.split())
+    if words < MIN_WORDS:
+        raise EmptyReplyError(f"the summary reply was too short ({words} words)")
+    return text.strip()
+
+
+def trim_to(text: str, max_chars: int) -> str:
+    """Cut at the last section heading, else paragraph, else line that fits."""
+    if len(text) <= max_chars:
+        return text
+    window = text[:max_chars]
+    starts = [m.start() for m in _HEADING.finditer(window) if m.start() > 0]
+    for cut in (starts[-1] if starts else -1, window.rfind("\n\n"), window.rfind("\n")):
+        if cut > max_chars // 3:
+            return window[:cut].rstrip()
+    return window.rstrip()
+
+
+def _sections(text: str) -> list[tuple[int, int, str]]:
+    """(heading start, body start, heading line) for every heading."""
+    return [(m.start(), m.end(), m.group(0)) for m in _HEADING.finditer(text)]
+
+
+def section_body(text: str, name_pattern: re.Pattern[str]) -> str | None:
+    heads = _sections(text)
+    for i, (_, body_start, line) in enumerate(heads):
+        if name_pattern.search(line):
+            end = heads[i + 1][0] if i + 1 < len(heads) else len(text)
+            return text[body_start:end].strip()
+    return None
+
+
+def ground_active_task(text: str, task: str) -> str:
+    """Put `task` (verbatim) under Active Task, replacing what the model wrote there."""
+    heads = _sections(text)
+    for i, (start, _body, line) in enumerate(heads):
+        if _ACTIVE.search(line):
+            end = heads[i + 1][0] if i + 1 < len(heads) else len(text)
+            return f"{text[:start]}## Active Task\n{task}\n\n{text[end:].lstrip()}".rstrip()
+    return f"## Active Task\n{task}\n\n{text.lstrip()}".rstrip()
+
+
+def task_text(request: str | None, previous: str | None) -> str:
+    """The grounded Active Task: the newest request, else what the last summary said."""
+    if request:
+        return fit_chars(request, TASK_CHARS)
+    if previous:
+        body = section_body(strip_prefix(previous), _ACTIVE)
+        if body:
+            return body
+    return active_task_missing()
+
+
+# --- the summarizer ------------------------------------------------------------------------
+class Summarizer:
+    """Runs the summary model over the compacted span, oldest first, in bounded chunks."""
+
+    def __init__(self, provider: Provider, *, window: int, budget: int,
+                 usage_sink: UsageSink | None = None) -> None:
+        self.provider = provider
+        self.window = window
+        self.budget = budget
+        self.usage_sink = usage_sink
+        self.instructions = base_instructions(budget)
+        # Every request must leave `budget` tokens of the window for the reply.
+        self.prompt_limit = window - budget
+
+    def _request_chars(self, previous: str | None, focus: str | None) -> int:
+        """Characters left for turns once instructions, wrapper and summary are counted."""
+        wrapper = (update_request(previous, "", focus) if previous is not None
+                   else first_request("", focus))
+        fixed_tokens = estimate_text(self.instructions) + 2 * MESSAGE_OVERHEAD
+        return (self.prompt_limit - fixed_tokens) * CHARS_PER_TOKEN - len(wrapper)
+
+    def _next_chunk(self, pieces: Sequence[str], start: int, room: int) -> tuple[str, int]:
+        """Join pieces from `start` while they fit in `room` characters; always take one."""
+        taken: list[str] = []
+        used = 0
+        i = start
+        while i < len(pieces):
+            cost = len(pieces[i]) + (len(_SEPARATOR) if taken else 0)
+            if used + cost > room:
+                break
+            taken.append(pieces[i])
+            used += cost
+            i += 1
+        if not taken:  # one turn larger than the whole room: cut it to fit
+            taken.append(fit_chars(pieces[start], room))
+            i = start + 1
+        return _SEPARATOR.join(taken), i
+
+    async def summarize(self, pieces: Sequence[str], previous: str | None,
+                        focus: str | None) -> tuple[str, int]:
+        """(raw checked summary body, chunks used). Raises ProviderError kinds on failure."""
+        running = strip_prefix(previous) if previous else None
+        focus = redact(focus) if focus else None
+        chunks = 0
+        start = 0
+        if not pieces:
+            raise ValueError("nothing to summarize")
+        while start < len(pieces):
+            if running is not None:
+                running = trim_to(running, self.budget * CHARS_PER_TOKEN)
+            room = self._request_chars(running, focus)
+            if room < MIN_CHUNK_CHARS:
+                raise SummaryTooSmallWindow(
+                    f"the summary model's {self.window}-token window is too small")
+            turns, start = self._next_chunk(pieces, start, room)
+            prompt = (update_request(running, turns, focus) if running is not None
+                      else first_request(turns, focus))
+            reply = await self._call(prompt)
+            running = trim_to(check_reply(reply), 2 * self.budget * CHARS_PER_TOKEN)
+            chunks += 1
+        assert running is not None
+        return running, chunks
+
+    async def _call(self, prompt: str) -> str:
+        messages = [{"role": "system", "content": self.instructions},
+                    {"role": "user", "content": prompt}]
+        completion = await self.provider.complete(messages, max_tokens=self.budget)
+        if self.usage_sink is not None:
+            self.usage_sink(completion.model or self.provider.model, "summary", completion.usage)
+        return completion.text
+
+
+def finish_summary(body: str, task: str) -> str:
+    """Ground Active Task, redact, and prefix: the text that is stored and sent."""
+    return with_prefix(redact(ground_active_task(body, task)))

@@ -1,0 +1,188 @@
+"""How compacted turns look to the summarizer: original text, head/tail-truncated, with headers.
+
+The summarizer reads the *original* messages (already redacted), never pruned one-liners.
+Each rendering depends only on its message (and, for a tool result, on the call that
+produced it), so it is computed once per message and cached in the `TokenCache`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agent.summary_prompts import MERGE_BEGIN, MERGE_END, OLDER_PREFIXES, SUMMARY_MARKER
+from agent.tokens import Message, TokenCache
+
+BODY_LIMIT = 5_500
+HEAD_KEEP = 4_000
+TAIL_KEEP = 1_500
+KEY_ARG_LIMIT = 3  # key arguments named in a tool-result header
+KEY_ARG_CHARS = 120
+
+
+def content_text(content: Any) -> str:
+    """The text of a content value of any shape; images become a short placeholder."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                if part.get("type") in ("image_url", "image", "input_image"):
+                    parts.append("[image]")
+                elif isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+                elif "content" in part:
+                    parts.append(content_text(part["content"]))
+        return "\n".join(p for p in parts if p)
+    return str(content)
+
+
+def truncate_middle(text: str, limit: int = BODY_LIMIT, head: int = HEAD_KEEP,
+                    tail: int = TAIL_KEEP) -> str:
+    """Keep the first `head` and last `tail` characters of a body longer than `limit`."""
+    if len(text) <= limit:
+        return text
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[len(text) - tail:]}"
+
+
+def fit_chars(text: str, limit: int) -> str:
+    """Head/tail-cut `text` to at most `limit` characters (for very small summary windows)."""
+    if len(text) <= limit:
+        return text
+    marker_room = 48
+    if limit <= marker_room * 2:
+        return text[:limit]
+    keep = limit - marker_room
+    head = keep * 8 // 11  # the same 4,000 : 1,500 proportion as the normal cut
+    return truncate_middle(text, 0, head, keep - head)[:limit]
+
+
+# --- summaries inside a transcript -----------------------------------------------------
+def is_summary_text(text: str) -> bool:
+    return text.startswith(SUMMARY_MARKER) or text.startswith(OLDER_PREFIXES)
+
+
+def split_summary(msg: Message) -> tuple[str | None, Any]:
+    """(summary text, remaining content) of a message; (None, content) for an ordinary one.
+
+    A summary is either a whole message starting with the prefix marker, or a block
+    between MERGE_BEGIN and MERGE_END at the start of a real turn it had to share.
+    """
+    content = msg.get("content")
+    first = content if isinstance(content, str) else None
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        first = content[0].get("text") if isinstance(content[0].get("text"), str) else None
+    if first is None:
+        return None, content
+    if first.startswith(MERGE_BEGIN) and MERGE_END in first:
+        inner, _, rest = first[len(MERGE_BEGIN):].partition(MERGE_END)
+        if isinstance(content, list):
+            return inner.strip(), content[1:]
+        # merge_summary writes "\n\n" before the turn's own text: drop exactly that.
+        return inner.strip(), rest[2:] if rest.startswith("\n\n") else rest.lstrip("\n")
+    if msg.get("role") in ("user", "assistant") and is_summary_text(first):
+        return first, None
+    return None, content
+
+
+# --- per-message rendering -------------------------------------------------------------
+def _call_parts(msg: Message) -> list[tuple[str, str, str]]:
+    """(call id, tool name, key arguments) for each tool call of an assistant message."""
+    out: list[tuple[str, str, str]] = []
+    for call in msg.get("tool_calls") or ():
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") or {}
+        out.append((str(call.get("id") or ""), str(fn.get("name") or "tool"),
+                    key_arguments(fn.get("arguments"))))
+    return out
+
+
+def key_arguments(raw: Any) -> str:
+    """A few short scalar arguments (path, command, query...) that identify a call."""
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return truncate_middle(str(raw), KEY_ARG_CHARS, KEY_ARG_CHARS - 20, 20)
+    if not isinstance(args, dict):
+        return ""
+    picked: list[str] = []
+    for key, value in args.items():
+        if isinstance(value, bool | int | float) or (
+                isinstance(value, str) and len(value) <= KEY_ARG_CHARS):
+            picked.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
+        if len(picked) == KEY_ARG_LIMIT:
+            break
+    return ", ".join(picked)
+
+
+def _render_body(msg: Message) -> tuple[str, int]:
+    """(rendered text without a tool header, full size in characters) of a redacted message."""
+    role = msg.get("role") or "user"
+    text = content_text(msg.get("content"))
+    if role == "tool":
+        return truncate_middle(text), len(text)
+    lines = [f"### {role}"]
+    if text:
+        lines.append(truncate_middle(text))
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {} if isinstance(call, dict) else {}
+        args = fn.get("arguments")
+        args_text = args if isinstance(args, str) else json.dumps(args)
+        lines.append(f"→ calls {fn.get('name') or 'tool'}: {truncate_middle(args_text or '')}")
+    return "\n".join(lines), len(text)
+
+
+class TurnRenderer:
+    """Renders the compacted span for the summarizer, reusing per-message work."""
+
+    def __init__(self, cache: TokenCache) -> None:
+        self.cache = cache
+
+    def _body(self, msg: Message) -> tuple[str, int]:
+        return _render_body(self.cache.redacted(msg))
+
+    def _calls(self, msg: Message) -> list[tuple[str, str, str]]:
+        return _call_parts(self.cache.redacted(msg))
+
+    def render(self, originals: Sequence[Message]) -> list[str]:
+        """One text per message, from the cached redacted form of each original."""
+        derived = self.cache.derived
+        calls: dict[str, tuple[str, str]] = {}
+        pieces: list[str] = []
+        for msg in originals:
+            body, size = derived(msg, "render", self._body)
+            role = msg.get("role")
+            if role == "assistant" and msg.get("tool_calls"):
+                for call_id, name, key in derived(msg, "calls", self._calls):
+                    calls[call_id] = (name, key)
+            elif role == "tool":
+                name, key = calls.get(str(msg.get("tool_call_id") or ""), ("unknown tool", ""))
+                args = f" ({key})" if key else ""
+                body = f"### tool result: {name}{args}, {size:,} characters in full\n{body}"
+            pieces.append(body)
+        return pieces
+
+
+def recent_user_requests(originals: Sequence[Message], cache: TokenCache,
+                         limit: int) -> list[str]:
+    """Texts of the newest real user requests (not summaries), newest first, redacted."""
+    out: list[str] = []
+    for msg in reversed(originals):
+        if msg.get("role") != "user":
+            continue
+        # Splitting the redacted form keeps a merged turn's own text redacted as well.
+        _, rest = split_summary(cache.redacted(msg))
+        text = content_text(rest).strip()
+        if text:
+            out.append(text)
+            if len(out) >= limit:
+                break
+    return out

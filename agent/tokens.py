@@ -1,0 +1,290 @@
+"""Rough token accounting: per-message estimates cached once, running totals, calibration.
+
+The estimate is characters / 4 over what the provider will read (context spec §3). It is
+computed once per message and cached beside the message, so "would this request fit?" is
+a running total plus two constants, never a rescan of the history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, overload
+
+from agent.redact import redact_message
+
+IMAGE_TOKENS = 1_600
+MESSAGE_OVERHEAD = 4  # role, separators and framing every chat format adds per message
+CHARS_PER_TOKEN = 4
+
+Message = dict[str, Any]
+
+
+def estimate_text(text: str | None) -> int:
+    """Characters / 4, rounded up."""
+    return -(-len(text) // CHARS_PER_TOKEN) if text else 0
+
+
+def _content_chars(content: Any) -> tuple[int, int]:
+    """(characters of text, number of images) in a content value of any shape."""
+    if content is None:
+        return 0, 0
+    if isinstance(content, str):
+        return len(content), 0
+    if isinstance(content, list):
+        chars = images = 0
+        for part in content:
+            c, i = _part_chars(part)
+            chars += c
+            images += i
+        return chars, images
+    return len(str(content)), 0
+
+
+def _part_chars(part: Any) -> tuple[int, int]:
+    if isinstance(part, str):
+        return len(part), 0
+    if not isinstance(part, dict):
+        return len(str(part)), 0
+    kind = part.get("type")
+    if kind in ("image_url", "image", "input_image"):
+        return 0, 1
+    if "text" in part:
+        return len(part.get("text") or ""), 0
+    if "content" in part:  # an Anthropic tool_result block
+        return _content_chars(part.get("content"))
+    if "input" in part:  # an Anthropic tool_use block
+        raw = part["input"]
+        return len(raw if isinstance(raw, str) else json.dumps(raw)), 0
+    return 0, 0
+
+
+def estimate_message(msg: Message) -> int:
+    """Tokens the provider will read for one message: text, images, tool calls, results."""
+    chars, images = _content_chars(msg.get("content"))
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            chars += len(fn.get("name") or "") + len(fn.get("arguments") or "")
+    if msg.get("role") == "tool":
+        chars += len(msg.get("tool_call_id") or "")
+    return -(-chars // CHARS_PER_TOKEN) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+
+
+def estimate_tools(tools: Sequence[dict[str, Any]] | None) -> int:
+    """Tool schemas travel as JSON with every request."""
+    if not tools:
+        return 0
+    return estimate_text(json.dumps(tools, separators=(",", ":"), ensure_ascii=False))
+
+
+class _Entry:
+    """What we know about one message. Holding `msg` pins its id while the entry lives."""
+
+    __slots__ = ("msg", "tokens", "redacted", "derived")
+
+    def __init__(self, msg: Message, tokens: int) -> None:
+        self.msg = msg
+        self.tokens = tokens
+        self.redacted: Message | None = None
+        self.derived: dict[str, Any] | None = None
+
+
+class TokenCache:
+    """Per-message estimates and redacted forms, each computed once.
+
+    Keyed by `id(msg)`: messages are never mutated in this codebase, and the entry keeps a
+    reference to the dict, so an id cannot be reused by another message while cached.
+    """
+
+    def __init__(self, redactor: Callable[[Message], Message] = redact_message) -> None:
+        self._entries: dict[int, _Entry] = {}
+        self._redactor = redactor
+        self._tools: tuple[Any, int] | None = None  # (the tools list, its estimate)
+        # Other per-message work to do at ingest (e.g. the summarizer's rendering), so a
+        # compaction finds everything ready instead of paying for the whole middle at once.
+        self.warmers: list[Callable[[Message], Any]] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _entry(self, msg: Message) -> _Entry:
+        entry = self._entries.get(id(msg))
+        if entry is None:
+            entry = self._entries[id(msg)] = _Entry(msg, estimate_message(msg))
+        return entry
+
+    def tokens(self, msg: Message) -> int:
+        entry = self._entries.get(id(msg))
+        return entry.tokens if entry is not None else self._entry(msg).tokens
+
+    def total(self, msgs: Iterable[Message]) -> int:
+        entries = self._entries
+        total = 0
+        for msg in msgs:
+            entry = entries.get(id(msg))
+            total += entry.tokens if entry is not None else self._entry(msg).tokens
+        return total
+
+    def redacted(self, msg: Message) -> Message:
+        """The message with secrets replaced; the same dict when it held none."""
+        entry = self._entry(msg)
+        if entry.redacted is None:
+            entry.redacted = self._redactor(msg)
+        return entry.redacted
+
+    def derived(self, msg: Message, key: str, compute: Callable[[Message], Any]) -> Any:
+        """Any other per-message value (e.g. the summarizer's rendering), computed once."""
+        entry = self._entry(msg)
+        if entry.derived is None:
+            entry.derived = {}
+        elif key in entry.derived:
+            return entry.derived[key]
+        value = entry.derived[key] = compute(msg)
+        return value
+
+    def derived_many(self, msgs: Iterable[Message], key: str,
+                     compute: Callable[[Message], Any]) -> list[Any]:
+        """`derived` over many messages in one tight loop (the compaction hot path)."""
+        entries = self._entries
+        out: list[Any] = []
+        append = out.append
+        for msg in msgs:
+            entry = entries.get(id(msg))
+            found = entry.derived if entry is not None else None
+            if found is not None and key in found:
+                append(found[key])
+            else:
+                append(self.derived(msg, key, compute))
+        return out
+
+    def ingest(self, msg: Message, *, redact: bool = True) -> int:
+        """Warm the cache for a newly stored message; returns its estimate."""
+        entry = self._entry(msg)
+        if redact and entry.redacted is None:
+            entry.redacted = self._redactor(msg)
+            for warm in self.warmers:
+                warm(msg)
+        return entry.tokens
+
+    def tools_tokens(self, tools: Sequence[dict[str, Any]] | None) -> int:
+        """Estimate of a tool-schema list; recomputed only when a different list is passed."""
+        if not tools:
+            return 0
+        cached = self._tools
+        if cached is not None and cached[0] is tools:
+            return cached[1]
+        value = estimate_tools(tools)
+        self._tools = (tools, value)
+        return value
+
+    def discard(self, msgs: Iterable[Message]) -> None:
+        """Forget messages that left the live transcript (after a compaction)."""
+        for msg in msgs:
+            entry = self._entries.get(id(msg))
+            if entry is not None and entry.msg is msg:
+                del self._entries[id(msg)]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._tools = None
+
+
+class Calibration:
+    """Smoothed ratio of provider-reported prompt tokens to our estimate of the same request."""
+
+    MIN_RATIO = 0.5
+    MAX_RATIO = 3.0
+    ALPHA = 0.3  # weight of the newest observation
+    MIN_SAMPLE = 32  # tiny requests are dominated by framing we do not model
+
+    def __init__(self, ratio: float = 1.0, samples: int = 0) -> None:
+        self.ratio = self._clamp(ratio)
+        self.samples = samples
+
+    @classmethod
+    def _clamp(cls, value: float) -> float:
+        if not math.isfinite(value):
+            return 1.0
+        return min(cls.MAX_RATIO, max(cls.MIN_RATIO, value))
+
+    def observe(self, estimated: int, prompt_tokens: int) -> None:
+        if estimated < self.MIN_SAMPLE or prompt_tokens <= 0:
+            return
+        sample = self._clamp(prompt_tokens / estimated)
+        # The first sample replaces the neutral 1.0 outright; later ones are smoothed.
+        self.ratio = sample if self.samples == 0 else self._clamp(
+            self.ALPHA * sample + (1 - self.ALPHA) * self.ratio)
+        self.samples += 1
+
+    def apply(self, tokens: int) -> int:
+        return math.ceil(tokens * self.ratio)
+
+
+class Transcript(Sequence[Message]):
+    """The live message list with a running token total, so fit checks are O(1).
+
+    The host appends messages as they arrive (each estimated and redacted once), replaces
+    the whole list after a compaction, and asks `raw_estimate()` for the request size.
+    """
+
+    def __init__(self, cache: TokenCache, messages: Iterable[Message] = (), *,
+                 system_prompt: str | None = None,
+                 tools: Sequence[dict[str, Any]] | None = None) -> None:
+        self.cache = cache
+        self._messages: list[Message] = []
+        self._total = 0
+        self._overhead = 0
+        self.set_request_overhead(system_prompt, tools)
+        self.extend(messages)
+
+    # --- Sequence ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        return self._messages[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages)
+
+    # --- mutation ---------------------------------------------------------------------
+    def append(self, msg: Message) -> None:
+        self._total += self.cache.ingest(msg)
+        self._messages.append(msg)
+
+    def extend(self, msgs: Iterable[Message]) -> None:
+        for msg in msgs:
+            self.append(msg)
+
+    def replace(self, msgs: Iterable[Message]) -> None:
+        """Swap in a compacted list; messages that left are dropped from the cache."""
+        new = list(msgs)
+        kept = {id(m) for m in new}
+        self.cache.discard(m for m in self._messages if id(m) not in kept)
+        self._messages, self._total = [], 0
+        self.extend(new)
+
+    def set_request_overhead(self, system_prompt: str | None = None,
+                             tools: Sequence[dict[str, Any]] | None = None) -> None:
+        """A system prompt kept outside the message list, and the tool schemas sent along."""
+        system = estimate_text(system_prompt) + MESSAGE_OVERHEAD if system_prompt else 0
+        self._overhead = system + self.cache.tools_tokens(tools)
+
+    # --- reading ----------------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        """Estimated tokens of the messages alone."""
+        return self._total
+
+    def raw_estimate(self) -> int:
+        """Messages + system prompt + tools, uncalibrated: what calibration compares against."""
+        return self._total + self._overhead
+
+    def as_list(self) -> list[Message]:
+        return list(self._messages)

@@ -1,0 +1,121 @@
+"""Gateway throughput and per-turn overhead with an instant provider (LLM time excluded).
+
+Runs 1, 100 and 1,000 chats at once, each sending its messages one after another (the
+next only after the previous reply), through the real gateway, router, SQLite store and
+context engine. Prints turns/s and the p50/p99 time from hand-off to reply delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
+from agent.usage import CanonicalUsage  # noqa: E402
+from gateway.app import Gateway  # noqa: E402
+from gateway.config import load_config  # noqa: E402
+from gateway.conversation import AgentSettings, Conversations  # noqa: E402
+from platforms.base import ChatRef, InboundMessage, PlatformAdapter  # noqa: E402
+
+
+class InstantProvider(Provider):
+    kind = "openai"
+
+    async def complete(self, messages: list[dict[str, Any]], **kw: Any) -> Completion:
+        text = "ok: " + str(messages[-1].get("content", ""))[:40]
+        prompt = sum(len(str(m.get("content", ""))) for m in messages) // 4
+        return Completion({"role": "assistant", "content": text},
+                          CanonicalUsage(input_tokens=prompt, output_tokens=4), self.model)
+
+
+class BenchPlatform(PlatformAdapter):
+    name = "bench"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiters: dict[str, asyncio.Future[None]] = {}
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None: ...
+
+    async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
+        for mid in message_ids:
+            fut = self.waiters.pop(mid, None)
+            if fut and not fut.done():
+                fut.set_result(None)
+
+    async def turn(self, chat_id: str, n: int) -> float:
+        mid = f"{chat_id}-{n}"
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[mid] = fut
+        started = time.perf_counter()
+        assert self.handler is not None
+        await self.handler(InboundMessage(platform="bench", chat_id=chat_id, user_id="u",
+                                          message_id=mid, text=f"message {n} from {chat_id}"))
+        await fut
+        return time.perf_counter() - started
+
+
+async def build(tmp: Path) -> tuple[Gateway, BenchPlatform]:
+    cfg_path = tmp / "config.yaml"
+    cfg_path.write_text(f"storage: {{path: {tmp / 'bench.db'}}}\n"
+                        "gateway: {open: true, coalesce_ms: 0}\n")
+    config = load_config(cfg_path)
+    from agent.engines import resolve_engine_factory
+    from storage.sqlite import SqliteSessionStore
+
+    provider = InstantProvider(ProviderSettings(provider="openai", model="instant",
+                                                context_length=128_000))
+    conversations = Conversations(
+        SqliteSessionStore(config.db_path), provider=provider, summary_provider=None,
+        engine_factory=resolve_engine_factory("compressor", plugin_root=tmp / "plugins"),
+        settings=AgentSettings(system_prompt="You are a benchmark.", max_output_tokens=256,
+                               threshold=0.5, target_ratio=0.2, protect_last_n=20,
+                               compression_enabled=True))
+    platform = BenchPlatform()
+    gateway = Gateway(config, conversations.store, conversations, [platform])
+    await gateway.initialize()
+    await gateway.start()
+    return gateway, platform
+
+
+async def run(chats: int, turns_per_chat: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        gateway, platform = await build(Path(tmp))
+        latencies: list[float] = []
+
+        async def one_chat(i: int) -> None:
+            for n in range(turns_per_chat):
+                latencies.append(await platform.turn(str(i), n))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one_chat(i) for i in range(chats)))
+        elapsed = time.perf_counter() - started
+        await gateway.stop(drain_timeout=10)
+        await gateway.shutdown()
+    latencies.sort()
+    return {"turns": len(latencies), "turns_per_s": len(latencies) / elapsed,
+            "p50_ms": statistics.median(latencies) * 1000,
+            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000}
+
+
+async def main() -> None:
+    print(f"{'chats':>6} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for chats, turns in ((1, 200), (100, 5), (1000, 2)):
+        r = await run(chats, turns)
+        print(f"{chats:>6} {r['turns']:>6} {r['turns_per_s']:>9.0f} {r['p50_ms']:>8.2f} "
+              f"{r['p99_ms']:>8.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,49 @@
+"""Who may talk to the bot, who is an admin, and polite refusals for everyone else."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from gateway.config import Config
+from platforms.base import InboundMessage
+
+log = logging.getLogger(__name__)
+
+REFUSAL_INTERVAL_S = 3600.0  # one refusal per chat per hour, then silence
+
+
+class Authorizer:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
+        gw = config.gateway
+        self._open = gw.open
+        self._allowed = {p: set(map(str, ids)) for p, ids in gw.allowed_users.model_dump().items()}
+        self._admins = {p: set(map(str, ids)) for p, ids in gw.admins.model_dump().items()}
+        self._clock = clock
+        self._refused_at: dict[str, float] = {}
+
+    def is_admin(self, msg: InboundMessage) -> bool:
+        if msg.platform == "console":
+            return True  # the local user owns the terminal
+        return msg.is_admin_hint or msg.user_id in self._admins.get(msg.platform, set())
+
+    def is_allowed(self, msg: InboundMessage) -> bool:
+        if self._open or self.is_admin(msg):
+            return True
+        return msg.user_id in self._allowed.get(msg.platform, set())
+
+    def refusal(self, msg: InboundMessage) -> str | None:
+        """The refusal to send a stranger, or None when this chat was refused recently."""
+        now = self._clock()
+        last = self._refused_at.get(msg.chat_key)
+        if last is not None and now - last < REFUSAL_INTERVAL_S:
+            return None
+        self._refused_at[msg.chat_key] = now
+        log.info("refused %s user %s in %s", msg.platform, msg.user_id, msg.chat_key)
+        return (f"Sorry, this bot is private. Ask its owner to add your {msg.platform} "
+                f"user id {msg.user_id} to allowed_users.")
+
+    def may_manage(self, msg: InboundMessage) -> bool:
+        """/new, /compress, /usage: the user in a DM, admins in a group."""
+        return not msg.is_group or self.is_admin(msg)

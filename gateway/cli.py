@@ -1,0 +1,151 @@
+"""The `threadline` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.config import EXIT_CONFIG, Config, ConfigError
+
+EXIT_ERROR = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yaml")
+    p = argparse.ArgumentParser(prog="threadline", parents=[common],
+                                description="A chat gateway that never loses the thread.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", parents=[common], help="start the gateway with every enabled platform")
+    chat = sub.add_parser("chat", parents=[common], help="chat in this terminal")
+    chat.add_argument("--chat", default="local", help="console chat id (default: local)")
+    sessions = sub.add_parser("sessions", parents=[common], help="inspect stored sessions")
+    ss = sessions.add_subparsers(dest="action", required=True)
+    lst = ss.add_parser("list", parents=[common], help="list sessions")
+    lst.add_argument("--chat", dest="chat_key", default=None, help="only this chat key")
+    lst.add_argument("--json", action="store_true")
+    show = ss.add_parser("show", parents=[common], help="the messages of one session")
+    show.add_argument("session_id")
+    show.add_argument("--json", action="store_true")
+    tip = ss.add_parser("tip", parents=[common], help="the live end of a session's chain")
+    tip.add_argument("session_id")
+    search = ss.add_parser("search", parents=[common], help="full-text search of all messages")
+    search.add_argument("query")
+    search.add_argument("--chat", dest="chat_key", default=None)
+    comp = sub.add_parser("compress", parents=[common], help="compact a chat now")
+    comp.add_argument("chat_key", help="e.g. console:local or telegram:12345")
+    comp.add_argument("--focus", default=None, help="a topic to keep in full detail")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        from gateway.config import check_storage_writable, require_platforms, resolve_config
+
+        config = resolve_config(getattr(args, "config", None))
+        if args.command == "run":
+            require_platforms(config)
+        check_storage_writable(config)
+    except ConfigError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    sys.exit(_dispatch(args, config))
+
+
+def _dispatch(args: argparse.Namespace, config: Config) -> int:
+    from agent.errors import AgentError
+    from gateway.logs import configure_logging
+    from storage.models import StoreError
+
+    interactive_console = args.command in ("chat", "run") and sys.stdin.isatty()
+    configure_logging(config, quiet=interactive_console)
+    try:
+        if args.command in ("run", "chat"):
+            return asyncio.run(_serve(args, config))
+        return asyncio.run(_offline(args, config))
+    except (StoreError, AgentError) as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _serve(args: argparse.Namespace, config: Config) -> int:
+    from gateway.app import create_gateway
+    from platforms.console import ConsoleAdapter
+
+    adapters: list[Any] = []
+    if args.command == "chat" or config.platforms.console.enabled:
+        adapters.append(ConsoleAdapter(chat_id=getattr(args, "chat", "local")))
+    if args.command == "run":
+        from gateway.platforms import remote_adapters
+
+        adapters.extend(remote_adapters(config))
+    gateway = create_gateway(config, adapters)
+    stop = asyncio.Event()
+    _install_signals(stop)
+    await gateway.initialize()
+    try:
+        await gateway.start()
+        closed = asyncio.create_task(gateway.wait_closed())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (closed, stopping):
+            task.cancel()
+        await gateway.stop()
+    finally:
+        await gateway.shutdown()
+    return 0
+
+
+def _install_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            raise SystemExit(130)  # a second signal: leave now
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+
+async def _offline(args: argparse.Namespace, config: Config) -> int:
+    from storage.sqlite import SqliteSessionStore
+
+    if args.command == "compress":
+        return await _compress(args, config)
+    store = SqliteSessionStore(config.db_path)
+    await store.initialize()
+    try:
+        from gateway import inspect
+
+        return await inspect.run(store, args)
+    finally:
+        await store.shutdown()
+
+
+async def _compress(args: argparse.Namespace, config: Config) -> int:
+    from gateway.app import create_gateway
+    from gateway.commands import compress_text
+
+    gateway = create_gateway(config, [])
+    await gateway.initialize()
+    try:
+        print(await compress_text(gateway.conversations, args.chat_key, args.focus))
+    finally:
+        await gateway.shutdown()
+    return 0
+
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""Typed configuration: frozen pydantic models mirroring config.yaml (spec/gateway.md §2)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+DEFAULT_SYSTEM_PROMPT = "You are Threadline, a helpful assistant."
+DB_FILENAME = "threadline.db"
+PLATFORM_NAMES = ("console", "telegram", "discord")
+
+
+def rule_error(key: str, message: str) -> PydanticCustomError:
+    """A cross-field error; `key` is the offending key relative to the model being validated."""
+    # The message travels in ctx so braces in it (e.g. "${VAR}") are never re-formatted.
+    return PydanticCustomError("config_rule", "{message}", {"key": key, "message": message})
+
+
+def resolve_path(value: str | os.PathLike[str], context: Any) -> Path:
+    """Expand ~ and make a relative path relative to the config file's directory."""
+    path = Path(value).expanduser()
+    base = context.get("base_dir") if isinstance(context, dict) else None
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+def _none_to_empty(value: Any) -> str | None:
+    # `${VAR:-}` yields ""; for optional strings that means "not set".
+    return None if value == "" else value
+
+
+def _user_id(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a user id (number or string), got {str(value).lower()}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError(f"expected a user id (number or string), got {value!r}")
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+OptStr = Annotated[str | None, BeforeValidator(_none_to_empty)]
+UserId = Annotated[str, BeforeValidator(_user_id)]
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_section(cls, data: Any) -> Any:
+        # `telegram:` with nothing under it means "all defaults", not "not a mapping".
+        return {} if data is None else data
+
+
+class ModelConfig(Section):
+    provider: Literal["local", "openai", "anthropic"] = "local"
+    name: str = "SmolLM2-135M-Instruct"
+    base_url: OptStr = None
+    api_key: OptStr = None
+    context_length: int | None = Field(None, gt=0)
+    max_output_tokens: int = Field(1024, gt=0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _credentials(self) -> ModelConfig:
+        if self.provider == "openai" and not self.base_url and not self.api_key:
+            raise rule_error(
+                "api_key",
+                "provider openai without base_url means api.openai.com and needs an API key; "
+                "set api_key: ${OPENAI_API_KEY}, or base_url for an OpenAI-compatible server",
+            )
+        if self.provider == "anthropic" and not self.api_key:
+            raise rule_error(
+                "api_key", "provider anthropic needs an API key; set api_key: ${ANTHROPIC_API_KEY}"
+            )
+        return self
+
+
+class CompressionConfig(Section):
+    enabled: bool = True
+    threshold: float = Field(0.50, ge=0.0, le=1.0)
+    target_ratio: float = Field(0.20, ge=0.10, le=0.80)
+    protect_last_n: int = Field(20, ge=1)
+
+
+class ContextConfig(Section):
+    engine: str = Field("compressor", min_length=1)
+
+
+class AuxCompressionConfig(Section):
+    provider: Literal["auto", "local", "openai", "anthropic"] = "auto"
+    model: OptStr = None
+    base_url: OptStr = None
+    api_key: OptStr = None
+    context_length: int | None = Field(None, gt=0)
+
+
+class AuxiliaryConfig(Section):
+    compression: AuxCompressionConfig = Field(default_factory=AuxCompressionConfig)
+
+
+class PromptCachingConfig(Section):
+    cache_ttl: Literal["5m", "1h"] = "5m"
+
+
+class StorageConfig(Section):
+    path: Path | None = None
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _resolve(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str | os.PathLike) and str(value):
+            return resolve_path(value, info.context)
+        return _none_to_empty(value)
+
+
+class PlatformUsers(Section):
+    telegram: list[UserId] = Field(default_factory=list)
+    discord: list[UserId] = Field(default_factory=list)
+
+
+class SessionResetConfig(Section):
+    mode: Literal["none", "idle", "daily", "both"] = "none"
+    idle_minutes: int = Field(1440, ge=1)
+    at_hour: int = Field(4, ge=0, le=23)
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; use an IANA name such as 'UTC' or 'Europe/Berlin'"
+            ) from None
+        return value
+
+
+class GatewayConfig(Section):
+    open: bool = False
+    allowed_users: PlatformUsers = Field(default_factory=PlatformUsers)
+    admins: PlatformUsers = Field(default_factory=PlatformUsers)
+    session_reset: SessionResetConfig = Field(default_factory=SessionResetConfig)
+    coalesce_ms: int = Field(1500, ge=0)
+
+
+class ConsoleConfig(Section):
+    enabled: bool = True
+
+
+class TelegramWebhookConfig(Section):
+    url: OptStr = None
+    listen: str = "127.0.0.1"
+    port: int = Field(8443, ge=1, le=65535)
+    secret_token: OptStr = Field(None, pattern=r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class TelegramConfig(Section):
+    enabled: bool = False
+    token: OptStr = None
+    mode: Literal["polling", "webhook"] = "polling"
+    base_url: OptStr = None
+    base_file_url: OptStr = None
+    webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
+    require_mention: bool = True
+
+    @model_validator(mode="after")
+    def _enabled_needs(self) -> TelegramConfig:
+        if not self.enabled:
+            return self
+        if not self.token:
+            raise rule_error(
+                "token", "required when telegram is enabled; set token: ${TELEGRAM_BOT_TOKEN}"
+            )
+        if self.mode == "webhook":
+            for key in ("url", "secret_token"):
+                if not getattr(self.webhook, key):
+                    raise rule_error(f"webhook.{key}", "required when mode is webhook")
+        return self
+
+
+class DiscordConfig(Section):
+    enabled: bool = False
+    token: OptStr = None
+    api_base: OptStr = None
+    gateway_url: OptStr = None
+    require_mention: bool = True
+    guild_ready_timeout: float = Field(2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _enabled_needs(self) -> DiscordConfig:
+        if self.enabled and not self.token:
+            raise rule_error(
+                "token", "required when discord is enabled; set token: ${DISCORD_BOT_TOKEN}"
+            )
+        return self
+
+
+class PlatformsConfig(Section):
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+
+
+class TrajectoriesConfig(Section):
+    target_max_tokens: int = Field(15250, gt=0)
+    summary_target_tokens: int = Field(750, gt=0)
+    max_concurrent_requests: int = Field(50, ge=1)
+    per_entry_timeout_s: float = Field(300.0, gt=0)
+
+
+class LoggingConfig(Section):
+    level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
+    ] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class Config(Section):
+    """The whole configuration; `Config()` is the built-in default."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    system_prompt_file: Path | None = None
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
+    prompt_caching: PromptCachingConfig = Field(default_factory=PromptCachingConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
+    trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    # Set by load_config: where the values came from and the resolved $THREADLINE_HOME.
+    _source: Path | None = PrivateAttr(None)
+    _home: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_prompt_file(cls, data: Any, info: ValidationInfo) -> Any:
+        """Replace system_prompt by the contents of system_prompt_file, read now."""
+        if not isinstance(data, dict) or not isinstance(data.get("system_prompt_file"), str):
+            return data
+        if data.get("system_prompt") is not None:
+            raise rule_error(
+                "system_prompt_file", "use either system_prompt or system_prompt_file, not both"
+            )
+        path = resolve_path(data["system_prompt_file"], info.context)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise rule_error(
+                "system_prompt_file", f"cannot read {path} ({reason}); fix the path"
+            ) from None
+        return {**data, "system_prompt_file": path, "system_prompt": text.strip()}
+
+    @property
+    def source(self) -> Path | None:
+        """The file this configuration was loaded from (None for built-in defaults)."""
+        return self._source
+
+    @property
+    def data_dir(self) -> Path:
+        """$THREADLINE_HOME, else ~/.local/share/threadline."""
+        return self._home or default_data_dir(os.environ)
+
+    @property
+    def db_path(self) -> Path:
+        return self.storage.path or self.data_dir / DB_FILENAME
+
+    def enabled_platforms(self) -> list[str]:
+        """Names of the enabled platforms, in the order console, telegram, discord."""
+        return [name for name in PLATFORM_NAMES if getattr(self.platforms, name).enabled]
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret, for the log redaction filter."""
+        candidates = (
+            self.model.api_key,
+            self.auxiliary.compression.api_key,
+            self.platforms.telegram.token,
+            self.platforms.telegram.webhook.secret_token,
+            self.platforms.discord.token,
+        )
+        return [value for value in candidates if value]
+
+
+def default_data_dir(env: Any) -> Path:
+    home = env.get("THREADLINE_HOME")
+    if home:
+        return Path(home).expanduser()
+    return Path(env.get("HOME") or Path.home()) / ".local" / "share" / "threadline"

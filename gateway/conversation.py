@@ -1,0 +1,242 @@
+"""Chats as conversations: live session, agent, one turn, persisted in one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.agent import Agent, CompactResult, ModelLimits, TurnFailed, TurnResult, UsageEntry
+from agent.context_engine import EngineFactory, EngineSettings
+from agent.providers.base import Provider
+from agent.tokens import estimate_message
+from gateway.hygiene import needs_hygiene
+from platforms.base import ChatRef
+from storage.base import SessionStore
+from storage.models import (
+    Compaction,
+    ContinuationConflict,
+    InboundRecord,
+    NewMessage,
+    SessionRecord,
+    TurnRecord,
+    UsageRecord,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message to send to the chat; `reply_to` threads it under an inbound message."""
+
+    text: str
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    system_prompt: str
+    max_output_tokens: int
+    threshold: float
+    target_ratio: float
+    protect_last_n: int
+    compression_enabled: bool
+    summary_context_length: int | None = None
+
+
+def new_message(message: dict[str, Any], **kw: Any) -> NewMessage:
+    return NewMessage(message=message, tokens=estimate_message(message), **kw)
+
+
+def usage_records(entries: Sequence[UsageEntry]) -> tuple[UsageRecord, ...]:
+    return tuple(
+        UsageRecord(model=e.model, purpose=e.purpose, input_tokens=e.usage.input_tokens,
+                    output_tokens=e.usage.output_tokens,
+                    cache_read_tokens=e.usage.cache_read_tokens,
+                    cache_write_tokens=e.usage.cache_write_tokens,
+                    reasoning_tokens=e.usage.reasoning_tokens)
+        for e in entries)
+
+
+class Conversations:
+    """Everything the gateway does to a chat's history, in the chat's worker."""
+
+    def __init__(self, store: SessionStore, *, provider: Provider,
+                 summary_provider: Provider | None, engine_factory: EngineFactory,
+                 settings: AgentSettings, max_agents: int = 256) -> None:
+        self.store = store
+        self.provider = provider
+        self.summary_provider = summary_provider or provider
+        self.engine_factory = engine_factory
+        self.settings = settings
+        self.limits = ModelLimits()
+        self._agents: OrderedDict[str, tuple[str, Agent]] = OrderedDict()
+        self._max_agents = max_agents
+
+    # --- sessions and agents ------------------------------------------------------------
+    async def live_session(self, chat_key: str) -> SessionRecord:
+        session = await self.store.live_session(chat_key)
+        if session is None:
+            system = {"role": "system", "content": self.settings.system_prompt}
+            session = await self.store.create_root_session(
+                chat_key, model=self.provider.model, system_prompt=self.settings.system_prompt,
+                system_message=new_message(system))
+        return session
+
+    def _build_agent(self) -> Agent:
+        holder: list[Agent] = []
+        s = self.settings
+        engine = self.engine_factory(EngineSettings(
+            context_length=self.provider.context_length, max_output_tokens=s.max_output_tokens,
+            threshold=s.threshold, target_ratio=s.target_ratio, protect_last_n=s.protect_last_n,
+            summary_provider=self.summary_provider, main_provider=self.provider,
+            summary_context_length=s.summary_context_length,
+            usage_sink=lambda model, purpose, usage: holder[0].record_usage(model, purpose, usage),
+        ))
+        agent = Agent(self.provider, engine, max_output_tokens=s.max_output_tokens,
+                      limits=self.limits, compression_enabled=s.compression_enabled)
+        holder.append(agent)
+        return agent
+
+    async def agent_for(self, chat_key: str) -> tuple[SessionRecord, Agent]:
+        """The chat's live session and its agent, rebuilt from the store when not cached."""
+        session = await self.live_session(chat_key)
+        cached = self._agents.get(chat_key)
+        if cached and cached[0] == session.id:
+            self._agents.move_to_end(chat_key)
+            return session, cached[1]
+        agent = self._build_agent()
+        history = await self.store.load_history(session.id)
+        agent.load([m.message for m in history], session.engine_state)
+        agent.engine.on_session_start(session.id)
+        self._remember(chat_key, session.id, agent)
+        return session, agent
+
+    def _remember(self, chat_key: str, session_id: str, agent: Agent) -> None:
+        self._agents[chat_key] = (session_id, agent)
+        self._agents.move_to_end(chat_key)
+        while len(self._agents) > self._max_agents:
+            self._agents.popitem(last=False)  # evicted agents are rebuilt from the store
+
+    def forget(self, chat_key: str) -> None:
+        self._agents.pop(chat_key, None)
+
+    # --- a turn ---------------------------------------------------------------------------
+    async def answer(self, chat: ChatRef, records: list[InboundRecord]) -> list[Outgoing]:
+        """Append the inbound messages, run one turn, persist it; return what to send."""
+        session, agent = await self.agent_for(chat.key)
+        pending = [r for r in records if r.status == "pending"]
+        if pending:
+            messages = [new_message({"role": "user", "content": r.text}, answered=False,
+                                    platform_message_id=r.message_id, sender_id=r.sender_id,
+                                    sender_name=r.sender_name) for r in pending]
+            await self.store.take_inbound([r.id for r in pending], session.id, messages)
+            agent.append([m.message for m in messages])
+        ids = tuple(r.id for r in records)
+        reply_to = records[-1].message_id
+        session, out = await self._hygiene(chat, session, agent)
+        try:
+            result = await agent.run_turn()
+        except TurnFailed as failed:
+            await self.store.record_turn(session.id, TurnRecord(
+                failed=ids, usage=usage_records(failed.usage)))
+            return [*out, Outgoing(failed.user_message, reply_to)]
+        except asyncio.CancelledError:
+            # /stop: the user chose to drop this turn; the messages stay stored, unanswered.
+            await asyncio.shield(self.store.record_turn(session.id, TurnRecord(failed=ids)))
+            self.forget(chat.key)
+            raise
+        await self._persist_turn(chat.key, session, agent, result, ids)
+        out.append(Outgoing(result.reply or "(the model returned no text)", reply_to))
+        out.extend(Outgoing(notice) for notice in result.notices)
+        return out
+
+    async def _persist_turn(self, chat_key: str, session: SessionRecord, agent: Agent,
+                            result: TurnResult, ids: tuple[int, ...]) -> None:
+        new = tuple(new_message(m) for m in result.new_messages)
+        compaction = None
+        before: tuple[NewMessage, ...] = ()
+        after: tuple[NewMessage, ...] = new
+        if result.compaction is not None:
+            kept = result.compaction
+            if result.compacted_before_reply:
+                # The reply was produced on the compacted transcript: it belongs to the child.
+                kept = kept[: len(kept) - len(result.new_messages)]
+            else:
+                before, after = new, ()  # the reply closes the parent, then it is compacted
+            compaction = Compaction(messages=tuple(new_message(m) for m in kept),
+                                    engine_state=agent.engine.export_state())
+        turn = TurnRecord(before=before, compaction=compaction, after=after, answered=ids,
+                          usage=usage_records(result.usage),
+                          engine_state=agent.engine.export_state(),
+                          last_prompt_tokens=result.prompt_tokens)
+        try:
+            live = await self.store.record_turn(session.id, turn)
+        except ContinuationConflict:
+            # Another process compacted this session first: keep its chain, add our reply.
+            log.warning("chat %s: session %s was continued elsewhere; appending to the tip",
+                        chat_key, session.id)
+            self.forget(chat_key)
+            tip = await self.live_session(chat_key)
+            live = await self.store.record_turn(tip.id, TurnRecord(
+                after=new, answered=ids, usage=turn.usage))
+            return
+        if live.id != session.id:
+            agent.engine.on_session_start(live.id, parent_session_id=session.id)
+        self._remember(chat_key, live.id, agent)
+
+    async def _hygiene(self, chat: ChatRef, session: SessionRecord, agent: Agent
+                       ) -> tuple[SessionRecord, list[Outgoing]]:
+        if not needs_hygiene(agent, compression_enabled=self.settings.compression_enabled):
+            return session, []
+        log.info("chat %s: session %s is past 85%% of the window; compacting first",
+                 chat.key, session.id)
+        result = await agent.compact(force=False)
+        live = await self._persist_compaction(chat.key, session, agent, result)
+        return live, [Outgoing(notice) for notice in result.notices]
+
+    async def _persist_compaction(self, chat_key: str, session: SessionRecord, agent: Agent,
+                                  result: CompactResult) -> SessionRecord:
+        state = agent.engine.export_state()
+        usage = usage_records(result.usage)
+        if not result.changed:
+            await self.store.record_turn(session.id, TurnRecord(usage=usage, engine_state=state))
+            return session
+        compaction = Compaction(messages=tuple(new_message(m) for m in result.after),
+                                engine_state=state)
+        try:
+            live = await self.store.record_turn(session.id, TurnRecord(
+                compaction=compaction, usage=usage, engine_state=state))
+        except ContinuationConflict:
+            log.warning("chat %s: compaction raced another; keeping the existing chain",
+                        chat_key)
+            self.forget(chat_key)
+            return await self.live_session(chat_key)
+        agent.engine.on_session_start(live.id, parent_session_id=session.id)
+        self._remember(chat_key, live.id, agent)
+        return live
+
+    async def compact(self, chat_key: str, focus: str | None = None
+                      ) -> tuple[CompactResult, SessionRecord]:
+        """Manual compaction (/compress, `threadline compress`): forced, persisted."""
+        session, agent = await self.agent_for(chat_key)
+        if not agent.engine.has_content_to_compress(agent.messages):
+            return CompactResult(before=tuple(agent.messages), after=tuple(agent.messages),
+                                 changed=False), session
+        result = await agent.compact(focus, force=True)
+        live = await self._persist_compaction(chat_key, session, agent, result)
+        return result, live
+
+    async def reset(self, chat_key: str) -> None:
+        session = await self.store.live_session(chat_key)
+        if session is None:
+            return
+        cached = self._agents.get(chat_key)
+        if cached:
+            cached[1].engine.on_session_end(session.id, cached[1].messages)
+        await self.store.end_session(session.id, "reset")
+        self.forget(chat_key)

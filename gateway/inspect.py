@@ -1,0 +1,82 @@
+"""`threadline sessions ...`: read-only views of the store, as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from storage.base import SessionStore
+from storage.models import SessionRecord
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _session_dict(s: SessionRecord) -> dict[str, Any]:
+    return {
+        "id": s.id, "chat_key": s.chat_key, "parent_session_id": s.parent_session_id,
+        "kind": s.kind, "end_reason": s.end_reason, "started_at": s.started_at,
+        "ended_at": s.ended_at, "message_count": s.message_count,
+        "compression_count": s.compression_count, "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens, "model": s.model,
+    }
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", f"[{b.get('type', 'block')}]")) for b in content
+                        if isinstance(b, dict))
+    return ""
+
+
+def _dump(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+async def run(store: SessionStore, args: argparse.Namespace) -> int:
+    action = args.action
+    if action == "list":
+        sessions = await store.list_sessions(args.chat_key)
+        if args.json:
+            _dump([_session_dict(s) for s in sessions])
+            return 0
+        print(f"{'id':34} {'chat':20} {'kind':11} {'ended':11} {'msgs':>5} {'in':>8} "
+              f"{'out':>7}  started / parent")
+        for s in sessions:
+            print(f"{s.id:34} {s.chat_key:20} {s.kind:11} {s.end_reason or 'live':11} "
+                  f"{s.message_count:>5} {s.input_tokens:>8} {s.output_tokens:>7}  "
+                  f"{_when(s.started_at)}" + (f" <- {s.parent_session_id}"
+                                              if s.parent_session_id else ""))
+        return 0
+    if action == "tip":
+        if await store.get_session(args.session_id) is None:
+            print(f"threadline: no session {args.session_id}")
+            return 1
+        print(await store.get_compression_tip(args.session_id))
+        return 0
+    if action == "show":
+        if await store.get_session(args.session_id) is None:
+            print(f"threadline: no session {args.session_id}")
+            return 1
+        history = await store.load_history(args.session_id)
+        if args.json:
+            _dump([{"seq": m.seq, **m.message, "tokens": m.tokens, "answered": m.answered,
+                    "created_at": m.created_at} for m in history])
+            return 0
+        for m in history:
+            role = m.message.get("role", "?")
+            who = f" ({m.sender_name})" if m.sender_name and role == "user" else ""
+            flag = " [unanswered]" if m.answered is False else ""
+            print(f"[{m.seq}] {role}{who}{flag}: {_text(m.message.get('content'))}")
+        return 0
+    hits = await store.search(args.query, args.chat_key)
+    for hit in hits:
+        print(f"{hit.session_id} #{hit.seq} {hit.role} ({hit.chat_key}): {hit.snippet}")
+    if not hits:
+        print("no matches")
+    return 0

@@ -1,0 +1,120 @@
+"""The store interface: SQLite today, PostgreSQL later, without touching agent or platforms."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from storage.models import (
+    InboundRecord,
+    NewMessage,
+    SearchHit,
+    SessionRecord,
+    StoredMessage,
+    TurnRecord,
+    UsageRecord,
+    UsageTotals,
+)
+
+
+class SessionStore(ABC):
+    """Append-only conversation history organised as continuation chains.
+
+    Lifecycle words follow the rest of the project: `initialize()` opens and migrates,
+    `shutdown()` flushes and closes. Every method raises `StoreError` kinds only.
+    """
+
+    @abstractmethod
+    async def initialize(self) -> None: ...
+
+    @abstractmethod
+    async def shutdown(self) -> None: ...
+
+    # --- sessions and chains -------------------------------------------------------
+    @abstractmethod
+    async def live_session(self, chat_key: str) -> SessionRecord | None:
+        """chat_key -> its current session -> get_compression_tip; None if none or ended."""
+
+    @abstractmethod
+    async def create_root_session(self, chat_key: str, *, model: str | None,
+                                  system_prompt: str | None,
+                                  system_message: NewMessage | None = None) -> SessionRecord:
+        """Start a fresh chain for chat_key (ending nothing); `system_message` becomes seq 0."""
+
+    @abstractmethod
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    @abstractmethod
+    async def end_session(self, session_id: str, reason: str) -> None:
+        """End a live session (reset, expired ...); no-op when it already ended."""
+
+    @abstractmethod
+    async def get_compression_tip(self, session_id: str) -> str:
+        """Follow compression continuations to the last one (one bounded recursive query)."""
+
+    @abstractmethod
+    async def chain(self, session_id: str) -> list[SessionRecord]:
+        """Root-to-tip list of the compression chain that contains session_id."""
+
+    @abstractmethod
+    async def list_sessions(self, chat_key: str | None = None,
+                            limit: int = 200) -> list[SessionRecord]: ...
+
+    @abstractmethod
+    async def save_engine_state(self, session_id: str, state: dict[str, Any],
+                                last_prompt_tokens: int | None = None) -> None: ...
+
+    # --- messages --------------------------------------------------------------------
+    @abstractmethod
+    async def load_history(self, session_id: str) -> list[StoredMessage]:
+        """The session's own messages in seq order (for a continuation: the compacted view)."""
+
+    @abstractmethod
+    async def append_messages(self, session_id: str,
+                              messages: list[NewMessage]) -> list[StoredMessage]: ...
+
+    @abstractmethod
+    async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
+        """Commit one turn atomically (see TurnRecord); returns the session live afterwards.
+
+        Raises ContinuationConflict when turn.compaction is set but the session was already
+        continued or ended; nothing of the turn is written then.
+        """
+
+    @abstractmethod
+    async def search(self, query: str, chat_key: str | None = None,
+                     limit: int = 50) -> list[SearchHit]:
+        """Full-text search of every stored message, user text matched as quoted terms."""
+
+    # --- the inbound ledger ----------------------------------------------------------
+    @abstractmethod
+    async def ingest(self, *, platform: str, chat_id: str, message_id: str, chat_key: str,
+                     text: str, sender_id: str | None, sender_name: str | None,
+                     extra: dict[str, Any] | None = None) -> InboundRecord | None:
+        """Record an inbound message once; None when (platform, chat_id, message_id) exists."""
+
+    @abstractmethod
+    async def take_inbound(self, inbound_ids: list[int], session_id: str,
+                           messages: list[NewMessage]) -> list[StoredMessage]:
+        """Append the inbound messages to the session and mark them taken, atomically."""
+
+    @abstractmethod
+    async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
+                                  text: str) -> str | None:
+        """An edit: replace the text if still pending; return the status found (or None)."""
+
+    @abstractmethod
+    async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
+        """Close ledger rows that never become a turn (commands, ignored input): answered|failed."""
+
+    @abstractmethod
+    async def open_inbound(self) -> list[InboundRecord]:
+        """Inbound rows still pending or taken (not answered, not failed), oldest first."""
+
+    # --- usage -----------------------------------------------------------------------
+    @abstractmethod
+    async def record_usage(self, session_id: str, usage: UsageRecord) -> None: ...
+
+    @abstractmethod
+    async def usage_totals(self, session_id: str) -> UsageTotals:
+        """Sums over every session of the chain that contains session_id."""

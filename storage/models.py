@@ -1,0 +1,145 @@
+"""Values that cross the storage boundary: small frozen dataclasses and plain dicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class StoreError(Exception):
+    """The store could not do what was asked (I/O, corruption, newer schema, bad query)."""
+
+
+class ContinuationConflict(StoreError):
+    """The parent session was already continued (or is no longer live): no fork is made."""
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    chat_key: str
+    parent_session_id: str | None
+    kind: str  # root | compression | branch
+    end_reason: str | None  # None while live; compression | reset | expired ...
+    started_at: float  # unix seconds
+    ended_at: float | None
+    model: str | None
+    system_prompt: str | None
+    title: str | None = None
+    compression_count: int = 0
+    engine_state: dict[str, Any] = field(default_factory=dict)
+    last_prompt_tokens: int | None = None
+    message_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.end_reason is None
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to append: OpenAI-format dict plus what the store keeps beside it."""
+
+    message: dict[str, Any]  # role, content (str | list), tool_calls?, tool_call_id?, name?
+    tokens: int = 0  # cached rough estimate
+    platform_message_id: str | None = None
+    answered: bool | None = None  # None for anything but inbound user messages
+    sender_id: str | None = None
+    sender_name: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int  # row id, stable across sessions
+    session_id: str
+    seq: int
+    message: dict[str, Any]  # OpenAI format, exactly as appended
+    tokens: int
+    created_at: float
+    platform_message_id: str | None = None
+    answered: bool | None = None
+    sender_id: str | None = None
+    sender_name: str | None = None
+
+
+@dataclass(frozen=True)
+class InboundRecord:
+    """One row of the once-only ledger, with enough to replay it after a restart."""
+
+    id: int
+    platform: str
+    chat_id: str
+    message_id: str
+    chat_key: str
+    text: str
+    sender_id: str | None
+    sender_name: str | None
+    received_at: float
+    status: str  # pending | taken | answered | failed
+    message_row_id: int | None = None  # the messages row once appended to a session
+    extra: dict[str, Any] = field(default_factory=dict)  # is_group, thread_id, ...
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    model: str
+    purpose: str  # chat | summary | ...
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    calls: int = 0
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A continuation to create: the compacted transcript becomes the child's history."""
+
+    messages: tuple[NewMessage, ...]
+    engine_state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """Everything one turn writes, committed in one transaction by `record_turn`.
+
+    Order of effects: `before` is appended to the session; then, if `compaction` is set,
+    the session ends with end_reason='compression' and its continuation is created holding
+    `compaction.messages`; then `after` is appended to the live session (the child when a
+    compaction happened). `answered` inbound ids are marked answered (their message rows
+    too); `failed` inbound ids are marked failed; usage rows are attributed to the session
+    that was live when they were spent (parent for before/compaction, child for after is
+    acceptable: totals are chain-wide); `engine_state` and `last_prompt_tokens` are saved
+    on the session that is live at the end.
+    """
+
+    before: tuple[NewMessage, ...] = ()
+    compaction: Compaction | None = None
+    after: tuple[NewMessage, ...] = ()
+    answered: tuple[int, ...] = ()  # inbound ids
+    failed: tuple[int, ...] = ()  # inbound ids
+    usage: tuple[UsageRecord, ...] = ()
+    engine_state: dict[str, Any] | None = None
+    last_prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    session_id: str
+    chat_key: str
+    seq: int
+    role: str
+    snippet: str
+    created_at: float

@@ -1,0 +1,166 @@
+"""The SQLite schema and its forward-only migrations, versioned by PRAGMA user_version."""
+
+from __future__ import annotations
+
+import logging
+
+import aiosqlite
+
+from storage.models import StoreError
+
+log = logging.getLogger(__name__)
+
+# Searchable text of a messages row: the text itself, or the text blocks of list content.
+# Written once as a template because the FTS 'delete' command must repeat, for the old row,
+# exactly the text that was indexed for it.
+_TEXT_OF = """CASE {r}.content_format WHEN 1 THEN
+    (SELECT group_concat(json_extract(b.value, '$.text'), char(10))
+     FROM json_each({r}.content) AS b WHERE json_extract(b.value, '$.type') = 'text')
+    ELSE {r}.content END"""
+
+_FTS_DELETE_OLD = (
+    "INSERT INTO messages_fts(messages_fts, rowid, body) "
+    f"VALUES ('delete', old.id, {_TEXT_OF.format(r='old')});"
+)
+_FTS_INSERT_NEW = "INSERT INTO messages_fts(rowid, body) VALUES (new.id, {});".format(
+    _TEXT_OF.format(r="new")
+)
+
+_V1_CORE = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        chat_key TEXT NOT NULL,
+        parent_session_id TEXT REFERENCES sessions(id),
+        kind TEXT NOT NULL CHECK (kind IN ('root', 'compression', 'branch')),
+        end_reason TEXT,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        model TEXT,
+        system_prompt TEXT,
+        title TEXT,
+        compression_count INTEGER NOT NULL DEFAULT 0,
+        engine_state TEXT NOT NULL DEFAULT '{}',
+        last_prompt_tokens INTEGER,
+        CHECK ((end_reason IS NULL) = (ended_at IS NULL)),
+        CHECK (kind = 'root' OR parent_session_id IS NOT NULL)
+    )""",
+    "CREATE INDEX sessions_by_chat ON sessions(chat_key, started_at)",
+    "CREATE INDEX sessions_by_parent ON sessions(parent_session_id)",
+    # The final guard against a forked chain: at most one compression child per session.
+    """CREATE UNIQUE INDEX sessions_one_continuation ON sessions(parent_session_id)
+        WHERE kind = 'compression'""",
+    """CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT,
+        content_format INTEGER NOT NULL DEFAULT 0,  -- 0 str, 1 JSON, 2 None, 3 absent
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        tool_name TEXT,
+        extra TEXT,  -- any other keys of the message dict, as JSON
+        tokens INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        platform_message_id TEXT,
+        answered INTEGER,
+        sender_id TEXT,
+        sender_name TEXT,
+        UNIQUE (session_id, seq)
+    )""",
+    """CREATE TABLE usage (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        model TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        input INTEGER NOT NULL DEFAULT 0,
+        output INTEGER NOT NULL DEFAULT 0,
+        cache_read INTEGER NOT NULL DEFAULT 0,
+        cache_write INTEGER NOT NULL DEFAULT 0,
+        reasoning INTEGER NOT NULL DEFAULT 0,
+        at REAL NOT NULL
+    )""",
+    "CREATE INDEX usage_by_session ON usage(session_id)",
+    """CREATE TABLE inbound (
+        id INTEGER PRIMARY KEY,
+        platform TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        chat_key TEXT NOT NULL,
+        text TEXT NOT NULL,
+        sender_id TEXT,
+        sender_name TEXT,
+        received_at REAL NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'taken', 'answered', 'failed')),
+        message_row_id INTEGER REFERENCES messages(id),
+        extra TEXT NOT NULL DEFAULT '{}',
+        UNIQUE (platform, chat_id, message_id)
+    )""",
+    "CREATE INDEX inbound_open ON inbound(received_at) WHERE status IN ('pending', 'taken')",
+    """CREATE TABLE chats (
+        chat_key TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        updated_at REAL NOT NULL
+    )""",
+)
+
+_V2_SEARCH = (
+    f"""CREATE VIEW message_text(id, body) AS
+        SELECT m.id, {_TEXT_OF.format(r='m')} FROM messages AS m""",
+    """CREATE VIRTUAL TABLE messages_fts USING fts5(
+        body, content='message_text', content_rowid='id',
+        tokenize='unicode61 remove_diacritics 2')""",
+    f"CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN {_FTS_INSERT_NEW} END",
+    f"""CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, content_format ON messages
+        WHEN old.content IS NOT new.content OR old.content_format IS NOT new.content_format
+        BEGIN {_FTS_DELETE_OLD} {_FTS_INSERT_NEW} END""",
+    f"CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN {_FTS_DELETE_OLD} END",
+    # Index what an older database already holds (FTS5 'rebuild' cannot read this view).
+    "INSERT INTO messages_fts(rowid, body) SELECT id, body FROM message_text",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+async def user_version(db: aiosqlite.Connection) -> int:
+    async with db.execute("PRAGMA user_version") as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def migrate(db: aiosqlite.Connection, label: str, target: int = SCHEMA_VERSION) -> int:
+    """Bring the database up to `target`, one transaction for all steps; return the version.
+
+    Refuses a database written by a newer Threadline. Safe against another process
+    migrating the same file: the version is read again under the write lock.
+    """
+    found = await user_version(db)
+    _refuse_newer(found, label)
+    if found >= target:
+        return found
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        found = await user_version(db)
+        _refuse_newer(found, label)
+        for version in range(found + 1, target + 1):
+            for statement in MIGRATIONS[version - 1]:
+                await db.execute(statement)
+            log.info("migrated %s to schema version %d", label, version)
+        final = max(found, target)
+        await db.execute(f"PRAGMA user_version = {final:d}")
+        await db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            await db.rollback()
+        raise
+    return final
+
+
+def _refuse_newer(found: int, label: str) -> None:
+    if found > SCHEMA_VERSION:
+        raise StoreError(
+            f"database {label} has schema version {found}, newer than this Threadline "
+            f"understands ({SCHEMA_VERSION}); upgrade Threadline to open it"
+        )

@@ -1,0 +1,352 @@
+"""SessionStore on SQLite through aiosqlite: one connection, WAL, serialized write transactions.
+
+Several processes may open the same file (the CLI while the gateway runs), so every rule
+that matters is enforced by SQL: BEGIN IMMEDIATE transactions that re-check state, UNIQUE
+constraints, and a partial unique index allowing one compression child per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from storage import schema
+from storage import sqlite_ops as ops
+from storage.base import SessionStore
+from storage.models import (
+    InboundRecord,
+    NewMessage,
+    SearchHit,
+    SessionRecord,
+    StoredMessage,
+    StoreError,
+    TurnRecord,
+    UsageRecord,
+    UsageTotals,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Work = Callable[[aiosqlite.Connection], Awaitable[T]]
+Db = aiosqlite.Connection
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+class SqliteSessionStore(SessionStore):
+    """The embedded store: `async with SqliteSessionStore(path) as store: ...`."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
+                 lock_retries: int = 5) -> None:
+        self._path = str(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._lock_retries = lock_retries
+        self._db: Db | None = None
+        # Every coroutine shares the one connection: the lock keeps one coroutine's open
+        # transaction (and its uncommitted rows) from interleaving with another's statements.
+        self._lock = asyncio.Lock()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    async def __aenter__(self) -> SqliteSessionStore:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # --- lifecycle -------------------------------------------------------------------
+    async def initialize(self) -> None:
+        """Create the directory, open, set the pragmas and migrate; StoreError names the path."""
+        if self._db is not None:
+            return
+        if self._path != ":memory:":
+            try:
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory for database {self._path}: "
+                                 f"{exc.strerror or exc}") from exc
+        try:
+            db = await aiosqlite.connect(self._path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {self._path}: {exc}") from exc
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA synchronous = NORMAL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            await schema.migrate(db, self._path)
+        except BaseException as exc:
+            await db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open database {self._path}: {exc}") from exc
+            raise
+        self._db = db
+
+    async def shutdown(self) -> None:
+        async with self._lock:  # a running transaction finishes first
+            db, self._db = self._db, None
+            if db is None:
+                return
+            try:
+                await db.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                log.debug("PRAGMA optimize failed on %s", self._path, exc_info=True)
+            await db.close()
+
+    # --- sessions and chains ---------------------------------------------------------
+    async def live_session(self, chat_key: str) -> SessionRecord | None:
+        sql = ops.TIP_FROM.format(start="SELECT session_id FROM chats WHERE chat_key = :key")
+
+        async def work(db: Db) -> SessionRecord | None:
+            row = await ops.fetch_one(db, sql, {"key": chat_key, "max_depth": ops.MAX_CHAIN_DEPTH})
+            record = await ops.load_session(db, row[0]) if row else None
+            return record if record is not None and record.live else None
+        return await self._read(work)
+
+    async def create_root_session(self, chat_key: str, *, model: str | None,
+                                  system_prompt: str | None,
+                                  system_message: NewMessage | None = None) -> SessionRecord:
+        async def work(db: Db) -> SessionRecord:
+            now = time.time()
+            session_id = ops.new_session_id(now)
+            await db.execute(
+                "INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)"
+                " VALUES (?, ?, 'root', ?, ?, ?)",
+                (session_id, chat_key, now, model, system_prompt))
+            if system_message is not None:
+                await ops.append(db, session_id, [system_message], now)
+            await db.execute(
+                "INSERT INTO chats (chat_key, session_id, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,"
+                " updated_at = excluded.updated_at", (chat_key, session_id, now))
+            return await ops.require_session(db, session_id)
+        return await self._write(work)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return await self._read(lambda db: ops.load_session(db, session_id))
+
+    async def end_session(self, session_id: str, reason: str) -> None:
+        if reason == "compression":
+            raise StoreError("a session ends by compression only through record_turn")
+
+        async def work(db: Db) -> None:
+            await ops.end_reason_of(db, session_id)  # an unknown id is an error
+            await db.execute("UPDATE sessions SET end_reason = ?, ended_at = ?"
+                             " WHERE id = ? AND end_reason IS NULL",
+                             (reason, time.time(), session_id))
+        await self._write(work)
+
+    async def get_compression_tip(self, session_id: str) -> str:
+        sql = ops.TIP_FROM.format(start="SELECT :sid")
+        params = {"sid": session_id, "max_depth": ops.MAX_CHAIN_DEPTH}
+        tip, depth = await self._read(lambda db: ops.fetch_one(db, sql, params))
+        if depth >= ops.MAX_CHAIN_DEPTH:
+            log.warning("compression chain from %s is cyclic or deeper than %d steps",
+                        session_id, ops.MAX_CHAIN_DEPTH)
+        return str(tip)
+
+    async def chain(self, session_id: str) -> list[SessionRecord]:
+        sql = (f"{ops.CHAIN} SELECT {ops.SESSION_COLUMNS} FROM chain"
+               " JOIN sessions AS s ON s.id = chain.id ORDER BY chain.depth")
+        params = {"sid": session_id, "max_depth": ops.MAX_CHAIN_DEPTH}
+        return await self._read(lambda db: ops.fetch_all(db, sql, params, ops.session_record))
+
+    async def list_sessions(self, chat_key: str | None = None,
+                            limit: int = 200) -> list[SessionRecord]:
+        """Newest first, with message count and the session's own usage totals."""
+        sql = (f"SELECT {ops.SESSION_COLUMNS} FROM sessions AS s"
+               " WHERE :key IS NULL OR s.chat_key = :key"
+               " ORDER BY s.started_at DESC, s.id DESC LIMIT :limit")
+        params = {"key": chat_key, "limit": limit}
+        return await self._read(lambda db: ops.fetch_all(db, sql, params, ops.session_record))
+
+    async def save_engine_state(self, session_id: str, state: dict[str, Any],
+                                last_prompt_tokens: int | None = None) -> None:
+        async def work(db: Db) -> None:
+            await ops.end_reason_of(db, session_id)  # an unknown id is an error
+            await ops.save_state(db, session_id, state, last_prompt_tokens)
+        await self._write(work)
+
+    # --- messages --------------------------------------------------------------------
+    async def load_history(self, session_id: str) -> list[StoredMessage]:
+        sql = f"SELECT {ops.MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY seq"
+        return await self._read(
+            lambda db: ops.fetch_all(db, sql, (session_id,), ops.stored_message))
+
+    async def append_messages(self, session_id: str,
+                              messages: list[NewMessage]) -> list[StoredMessage]:
+        """Append after the session's last seq; ContinuationConflict if it was continued."""
+        async def work(db: Db) -> list[StoredMessage]:
+            await ops.require_open(db, session_id)
+            return await ops.append(db, session_id, messages, time.time())
+        return await self._write(work)
+
+    async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
+        async def work(db: Db) -> SessionRecord:
+            now = time.time()
+            if turn.before or turn.after or turn.compaction is not None:
+                await ops.require_open(db, session_id, continuing=turn.compaction is not None)
+            else:  # only the ledger, usage or engine state: fine on an ended session too
+                await ops.end_reason_of(db, session_id)
+            await ops.append(db, session_id, turn.before, now)
+            live_id = session_id
+            if turn.compaction is not None:
+                live_id = await ops.continue_session(db, session_id, turn.compaction, now)
+            await ops.append(db, live_id, turn.after, now)
+            await ops.mark_inbound(db, turn.answered, turn.failed)
+            # A turn's usage is booked on the session it started in; totals are chain-wide.
+            await ops.insert_usage(db, session_id, turn.usage, now)
+            await ops.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
+            return await ops.require_session(db, live_id)
+        return await self._write(work)
+
+    async def search(self, query: str, chat_key: str | None = None,
+                     limit: int = 50) -> list[SearchHit]:
+        match = ops.fts_match(query)
+        if match is None:
+            return []
+        sql = ("SELECT m.session_id, s.chat_key, m.seq, m.role,"
+               " snippet(messages_fts, 0, '[', ']', '…', 16), m.created_at"
+               " FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid"
+               " JOIN sessions AS s ON s.id = m.session_id"
+               " WHERE messages_fts MATCH :match AND (:key IS NULL OR s.chat_key = :key)"
+               " ORDER BY rank, m.id LIMIT :limit")
+        params = {"match": match, "key": chat_key, "limit": limit}
+        try:
+            return await self._read(lambda db: ops.fetch_all(db, sql, params, ops.search_hit))
+        except StoreError as exc:
+            raise StoreError(f"search for {query!r} failed: {exc.__cause__ or exc}") from exc
+
+    # --- the inbound ledger ----------------------------------------------------------
+    async def ingest(self, *, platform: str, chat_id: str, message_id: str, chat_key: str,
+                     text: str, sender_id: str | None, sender_name: str | None,
+                     extra: dict[str, Any] | None = None) -> InboundRecord | None:
+        record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
+                               sender_name, time.time(), "pending", None, dict(extra or {}))
+        sql = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, sender_id,"
+               " sender_name, received_at, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+               " ON CONFLICT DO NOTHING RETURNING id")
+
+        async def work(db: Db) -> InboundRecord | None:
+            row = await ops.fetch_one(db, sql, ops.inbound_values(record))
+            return replace(record, id=row[0]) if row else None
+        return await self._write(work)
+
+    async def take_inbound(self, inbound_ids: list[int], session_id: str,
+                           messages: list[NewMessage]) -> list[StoredMessage]:
+        """Append (answered=False) and mark the pending rows taken, atomically.
+
+        Each row links to the message carrying its platform message id, else to the message
+        at its position when there are as many messages as rows, else to the last message.
+        """
+        unanswered = [m if m.answered is not None else replace(m, answered=False)
+                      for m in messages]
+
+        async def work(db: Db) -> list[StoredMessage]:
+            await ops.require_open(db, session_id)
+            stored = await ops.append(db, session_id, unanswered, time.time())
+            await ops.take_inbound(db, inbound_ids, stored)
+            return stored
+        return await self._write(work)
+
+    async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
+                                  text: str) -> str | None:
+        key = (platform, chat_id, message_id)
+        where = "WHERE platform = ? AND chat_id = ? AND message_id = ?"
+
+        async def work(db: Db) -> str | None:
+            row = await ops.fetch_one(db, f"SELECT status FROM inbound {where}", key)
+            if row is not None and row[0] == "pending":
+                await db.execute(f"UPDATE inbound SET text = ? {where}", (text, *key))
+            return row[0] if row else None
+        return await self._write(work)
+
+    async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
+        if status not in ("answered", "failed"):
+            raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
+        answered, failed = (inbound_ids, ()) if status == "answered" else ((), inbound_ids)
+        await self._write(lambda db: ops.mark_inbound(db, answered, failed))
+
+    async def open_inbound(self) -> list[InboundRecord]:
+        sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"
+               " WHERE status IN ('pending', 'taken') ORDER BY received_at, id")
+        return await self._read(lambda db: ops.fetch_all(db, sql, (), ops.inbound_record))
+
+    # --- usage -----------------------------------------------------------------------
+    async def record_usage(self, session_id: str, usage: UsageRecord) -> None:
+        async def work(db: Db) -> None:
+            await ops.end_reason_of(db, session_id)  # an unknown id is an error
+            await ops.insert_usage(db, session_id, (usage,), time.time())
+        await self._write(work)
+
+    async def usage_totals(self, session_id: str) -> UsageTotals:
+        sql = (f"{ops.CHAIN} SELECT COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),"
+               " COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),"
+               " COALESCE(SUM(reasoning), 0), COUNT(*)"
+               " FROM usage WHERE session_id IN (SELECT id FROM chain)")
+        params = {"sid": session_id, "max_depth": ops.MAX_CHAIN_DEPTH}
+        row = await self._read(lambda db: ops.fetch_one(db, sql, params))
+        return UsageTotals(*row)
+
+    # --- transactions ----------------------------------------------------------------
+    async def _read(self, work: Work[T]) -> T:
+        async with self._lock:
+            db = self._connection()
+            try:
+                return await work(db)
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self._path}: {exc}") from exc
+
+    async def _write(self, work: Work[T]) -> T:
+        """Run `work` in one BEGIN IMMEDIATE transaction, retrying while the file is busy."""
+        async with self._lock:
+            db = self._connection()
+            for attempt in range(1, self._lock_retries + 1):
+                try:
+                    return await _transaction(db, work)
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or attempt == self._lock_retries:
+                        raise StoreError(f"store {self._path}: {exc}") from exc
+                    log.warning("store %s is busy (attempt %d): retrying", self._path, attempt)
+                    await asyncio.sleep(0.05 * attempt)
+                except sqlite3.Error as exc:
+                    raise StoreError(f"store {self._path}: {exc}") from exc
+            raise StoreError(f"store {self._path}: no write attempt was made")
+
+    def _connection(self) -> Db:
+        if self._db is None:
+            raise StoreError(f"store {self._path} is not open: call initialize() first")
+        return self._db
+
+
+async def _transaction(db: Db, work: Work[T]) -> T:
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        result = await work(db)
+        await db.execute("COMMIT")
+        return result
+    except BaseException:
+        if db.in_transaction:
+            try:
+                await db.rollback()
+            except sqlite3.Error:
+                log.exception("rollback failed")
+        raise
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "database is locked" in str(exc)

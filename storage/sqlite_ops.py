@@ -1,0 +1,318 @@
+"""Statements that run on an open connection inside the store's transactions, and the row
+codecs they share. `SqliteSessionStore` owns the connection, the lock and the retries."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from storage.models import (
+    Compaction,
+    ContinuationConflict,
+    InboundRecord,
+    NewMessage,
+    SearchHit,
+    SessionRecord,
+    StoredMessage,
+    StoreError,
+    UsageRecord,
+)
+
+T = TypeVar("T")
+
+MAX_CHAIN_DEPTH = 10_000
+
+# --- compression walks -------------------------------------------------------------------
+# A step follows a kind='compression' child of a session that ended with
+# end_reason='compression'. UNION plus the depth bound make even a corrupt cycle terminate.
+_DOWN = """down(id, depth) AS (
+    SELECT id, 0 FROM start
+    UNION
+    SELECT c.id, down.depth + 1 FROM down
+    JOIN sessions AS p ON p.id = down.id AND p.end_reason = 'compression'
+    JOIN sessions AS c ON c.parent_session_id = p.id AND c.kind = 'compression'
+    WHERE down.depth < :max_depth)"""
+_UP = """up(id, depth) AS (
+    SELECT :sid, 0
+    UNION
+    SELECT p.id, up.depth + 1 FROM up
+    JOIN sessions AS s ON s.id = up.id AND s.kind = 'compression'
+    JOIN sessions AS p ON p.id = s.parent_session_id AND p.end_reason = 'compression'
+    WHERE up.depth < :max_depth)"""
+# The tip from a seed query (format `start`): yields (id, depth) of the deepest step.
+TIP_FROM = ("WITH RECURSIVE start(id) AS ({start}), " + _DOWN
+            + " SELECT id, depth FROM down ORDER BY depth DESC LIMIT 1")
+# Prefix defining `chain(id, depth)`: every session of the chain holding :sid, root first.
+CHAIN = (f"WITH RECURSIVE {_UP}, start(id) AS (SELECT id FROM up ORDER BY depth DESC LIMIT 1),"
+         f" {_DOWN}, chain(id, depth) AS (SELECT id, MIN(depth) FROM down GROUP BY id) ")
+
+# --- row codecs --------------------------------------------------------------------------
+_TEXT, _JSON, _NONE, _ABSENT = range(4)  # messages.content_format
+
+SESSION_COLUMNS = """s.id, s.chat_key, s.parent_session_id, s.kind, s.end_reason, s.started_at,
+    s.ended_at, s.model, s.system_prompt, s.title, s.compression_count, s.engine_state,
+    s.last_prompt_tokens,
+    (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = s.id),
+    (SELECT COALESCE(SUM(u.input), 0) FROM usage AS u WHERE u.session_id = s.id),
+    (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = s.id)"""
+MESSAGE_COLUMNS = """id, session_id, seq, role, content, content_format, tool_calls, tool_call_id,
+    tool_name, extra, tokens, created_at, platform_message_id, answered, sender_id, sender_name"""
+_MESSAGE_INSERT = """INSERT INTO messages (session_id, seq, role, content, content_format,
+    tool_calls, tool_call_id, tool_name, extra, tokens, created_at, platform_message_id,
+    answered, sender_id, sender_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+INBOUND_COLUMNS = """id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,
+    received_at, status, message_row_id, extra"""
+_IN_IDS = "IN (SELECT value FROM json_each(?))"  # a list of ids bound as one JSON parameter
+
+
+def session_record(row: Sequence[Any]) -> SessionRecord:
+    values = list(row)
+    values[11] = json.loads(values[11]) if values[11] else {}
+    return SessionRecord(*values)
+
+
+def message_values(session_id: str, seq: int, new: NewMessage, now: float) -> tuple[Any, ...]:
+    """One messages row; the dict is split so that `decode_message` rebuilds it exactly."""
+    rest = dict(new.message)
+    role = rest.pop("role", None)
+    if not isinstance(role, str):
+        raise StoreError(f"a message needs a string 'role', got {role!r}")
+    if "content" not in rest:
+        content, content_format = None, _ABSENT
+    elif (value := rest.pop("content")) is None:
+        content, content_format = None, _NONE
+    elif isinstance(value, str):
+        content, content_format = value, _TEXT
+    else:
+        content, content_format = _dumps(value), _JSON
+    tool_calls = _dumps(rest.pop("tool_calls")) if "tool_calls" in rest else None
+    tool_call_id = rest.pop("tool_call_id") if isinstance(rest.get("tool_call_id"), str) else None
+    name = rest.pop("name") if isinstance(rest.get("name"), str) else None
+    answered = None if new.answered is None else int(new.answered)
+    return (session_id, seq, role, content, content_format, tool_calls, tool_call_id, name,
+            _dumps(rest) if rest else None, new.tokens, now, new.platform_message_id,
+            answered, new.sender_id, new.sender_name)
+
+
+def decode_message(row: Sequence[Any]) -> dict[str, Any]:
+    """The dict from (role, content, content_format, tool_calls, tool_call_id, name, extra)."""
+    role, content, content_format, tool_calls, tool_call_id, name, extra = row
+    message: dict[str, Any] = {"role": role}
+    if content_format == _TEXT:
+        message["content"] = content
+    elif content_format == _JSON:
+        message["content"] = json.loads(content)
+    elif content_format == _NONE:
+        message["content"] = None
+    if tool_calls is not None:
+        message["tool_calls"] = json.loads(tool_calls)
+    if tool_call_id is not None:
+        message["tool_call_id"] = tool_call_id
+    if name is not None:
+        message["name"] = name
+    if extra:
+        message.update(json.loads(extra))
+    return message
+
+
+def stored_message(row: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(id=row[0], session_id=row[1], seq=row[2],
+                         message=decode_message(row[3:10]), tokens=row[10], created_at=row[11],
+                         platform_message_id=row[12],
+                         answered=None if row[13] is None else bool(row[13]),
+                         sender_id=row[14], sender_name=row[15])
+
+
+def inbound_values(record: InboundRecord) -> tuple[Any, ...]:
+    return (record.platform, record.chat_id, record.message_id, record.chat_key, record.text,
+            record.sender_id, record.sender_name, record.received_at, _dumps(record.extra))
+
+
+def inbound_record(row: Sequence[Any]) -> InboundRecord:
+    values = list(row)
+    values[11] = json.loads(values[11]) if values[11] else {}
+    return InboundRecord(*values)
+
+
+def search_hit(row: Sequence[Any]) -> SearchHit:
+    return SearchHit(*row)
+
+
+def fts_match(query: str) -> str | None:
+    """User text as quoted FTS5 terms, so `PELICAN-7731`, `a.b` or `foo:` are plain text.
+
+    Terms without a letter or digit are dropped: the tokenizer would index nothing for them.
+    """
+    terms = [t for t in query.split() if any(ch.isalnum() for ch in t)]
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
+
+
+def new_session_id(now: float) -> str:
+    """Sortable by creation time, unique by its random tail: 20250101T120000123-9f1c2e3d4b5a."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    return f"{stamp}{int(now * 1000) % 1000:03d}-{secrets.token_hex(6)}"
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"cannot store a value that is not JSON: {exc}") from exc
+
+
+# --- statements (the caller holds the transaction) ----------------------------------------
+async def fetch_one(db: aiosqlite.Connection, sql: str, params: Any = ()) -> Any:
+    async with db.execute(sql, params) as cur:
+        return await cur.fetchone()
+
+
+async def fetch_all(db: aiosqlite.Connection, sql: str, params: Any,
+                    convert: Callable[[Any], T]) -> list[T]:
+    return [convert(row) for row in await db.execute_fetchall(sql, params)]
+
+
+async def load_session(db: aiosqlite.Connection, session_id: str) -> SessionRecord | None:
+    row = await fetch_one(db, f"SELECT {SESSION_COLUMNS} FROM sessions AS s WHERE s.id = ?",
+                          (session_id,))
+    return session_record(row) if row else None
+
+
+async def require_session(db: aiosqlite.Connection, session_id: str) -> SessionRecord:
+    record = await load_session(db, session_id)
+    if record is None:
+        raise StoreError(f"no session {session_id!r}")
+    return record
+
+
+async def end_reason_of(db: aiosqlite.Connection, session_id: str) -> str | None:
+    """None while the session is live; StoreError when there is no such session."""
+    row = await fetch_one(db, "SELECT end_reason FROM sessions WHERE id = ?", (session_id,))
+    if row is None:
+        raise StoreError(f"no session {session_id!r}")
+    return row[0]
+
+
+async def require_open(db: aiosqlite.Connection, session_id: str, *,
+                       continuing: bool = False) -> None:
+    """Check, inside the transaction, that the session may take new messages.
+
+    A continued session (ended by compression) takes none: its continuation does. A session
+    ended otherwise (reset, expired) may still receive the end of its last turn, but only
+    a live session without a continuation may be continued.
+    """
+    end_reason = await end_reason_of(db, session_id)
+    if end_reason == "compression" or (
+            continuing and (end_reason is not None or await _has_continuation(db, session_id))):
+        raise ContinuationConflict(
+            f"session {session_id} was already continued or has ended ({end_reason})")
+
+
+async def _has_continuation(db: aiosqlite.Connection, session_id: str) -> bool:
+    row = await fetch_one(db, "SELECT 1 FROM sessions WHERE parent_session_id = ?"
+                          " AND kind = 'compression'", (session_id,))
+    return row is not None
+
+
+async def append(db: aiosqlite.Connection, session_id: str, messages: Sequence[NewMessage],
+                 now: float) -> list[StoredMessage]:
+    if not messages:
+        return []
+    row = await fetch_one(db, "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages"
+                          " WHERE session_id = ?", (session_id,))
+    first = int(row[0])
+    await db.executemany(_MESSAGE_INSERT, [message_values(session_id, first + i, m, now)
+                                           for i, m in enumerate(messages)])
+    ids = await db.execute_fetchall("SELECT id FROM messages WHERE session_id = ? AND seq >= ?"
+                                    " ORDER BY seq", (session_id, first))
+    return [StoredMessage(id=row_id, session_id=session_id, seq=first + i,
+                          message=dict(m.message), tokens=m.tokens, created_at=now,
+                          platform_message_id=m.platform_message_id, answered=m.answered,
+                          sender_id=m.sender_id, sender_name=m.sender_name)
+            for i, (m, (row_id,)) in enumerate(zip(messages, ids, strict=True))]
+
+
+async def continue_session(db: aiosqlite.Connection, parent_id: str, compaction: Compaction,
+                           now: float) -> str:
+    """End live `parent_id` by compression and create its continuation; returns the child id.
+
+    The child copies chat key, model, system prompt and title, and counts one more
+    compression; the chat moves to it.
+    """
+    child_id = new_session_id(now)
+    await db.execute("UPDATE sessions SET end_reason = 'compression', ended_at = ? WHERE id = ?",
+                     (now, parent_id))
+    try:
+        await db.execute(
+            "INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at, model,"
+            " system_prompt, title, compression_count, engine_state)"
+            " SELECT ?, chat_key, id, 'compression', ?, model, system_prompt, title,"
+            " compression_count + 1, ? FROM sessions WHERE id = ?",
+            (child_id, now, _dumps(compaction.engine_state), parent_id))
+    except sqlite3.IntegrityError as exc:
+        if "parent_session_id" in str(exc):  # sessions_one_continuation: a racing writer won
+            raise ContinuationConflict(f"session {parent_id} was already continued") from exc
+        raise
+    await append(db, child_id, compaction.messages, now)
+    await db.execute("UPDATE chats SET session_id = ?, updated_at = ? WHERE session_id = ?"
+                     " AND chat_key = (SELECT chat_key FROM sessions WHERE id = ?)",
+                     (child_id, now, parent_id, parent_id))
+    return child_id
+
+
+async def mark_inbound(db: aiosqlite.Connection, answered: Sequence[int],
+                       failed: Sequence[int]) -> None:
+    """Answered rows and their messages rows become answered; failed ones only failed."""
+    if answered:
+        ids = json.dumps(list(answered))
+        await db.execute(f"UPDATE inbound SET status = 'answered' WHERE id {_IN_IDS}", (ids,))
+        await db.execute("UPDATE messages SET answered = 1 WHERE id IN"
+                         f" (SELECT message_row_id FROM inbound WHERE id {_IN_IDS})", (ids,))
+    if failed:
+        await db.execute(f"UPDATE inbound SET status = 'failed' WHERE id {_IN_IDS}",
+                         (json.dumps(list(failed)),))
+
+
+async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],
+                       stored: Sequence[StoredMessage]) -> None:
+    """Mark pending rows taken, each linked to the message carrying its platform message id,
+    else to the message at its position (as many messages as rows), else to the last one."""
+    found = await db.execute_fetchall(
+        f"SELECT id, message_id, status FROM inbound WHERE id {_IN_IDS}",
+        (json.dumps(list(inbound_ids)),))
+    by_id = {row[0]: row for row in found}
+    by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
+    for position, inbound_id in enumerate(inbound_ids):
+        row = by_id.get(inbound_id)
+        if row is None or row[2] != "pending":
+            state = "missing" if row is None else row[2]
+            raise StoreError(f"inbound {inbound_id} cannot be taken: it is {state}")
+        target = by_platform_id.get(row[1])
+        if target is None and stored:
+            target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
+        await db.execute("UPDATE inbound SET status = 'taken', message_row_id = ? WHERE id = ?",
+                         (target.id if target else None, inbound_id))
+
+
+async def insert_usage(db: aiosqlite.Connection, session_id: str,
+                       usage: Sequence[UsageRecord], now: float) -> None:
+    await db.executemany(
+        "INSERT INTO usage (session_id, model, purpose, input, output, cache_read,"
+        " cache_write, reasoning, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(session_id, u.model, u.purpose, u.input_tokens, u.output_tokens,
+          u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens, now) for u in usage])
+
+
+async def save_state(db: aiosqlite.Connection, session_id: str, state: dict[str, Any] | None,
+                     last_prompt_tokens: int | None) -> None:
+    if state is not None:
+        await db.execute("UPDATE sessions SET engine_state = ? WHERE id = ?",
+                         (_dumps(state), session_id))
+    if last_prompt_tokens is not None:
+        await db.execute("UPDATE sessions SET last_prompt_tokens = ? WHERE id = ?",
+                         (last_prompt_tokens, session_id))

@@ -1,0 +1,3 @@
+"""Shared pytest setup: the fake-server fixtures live in tests/harness/fixtures.py."""
+
+pytest_plugins = ["tests.harness.fixtures"]

@@ -1,0 +1,286 @@
+"""Fake Anthropic Messages server: POST /v1/messages, validating the request like the real API.
+
+Usage is computed from the request: input_tokens = ceil(system + message text chars / 4),
+output_tokens = ceil(reply chars / 4), cache read/creation 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from typing import Any
+
+from aiohttp import web
+
+from tests.harness.base import (
+    FakeServer,
+    Responder,
+    ScriptedModel,
+    estimate_tokens,
+    json_response,
+    run_cli,
+    text_of,
+)
+
+MAX_CACHE_BLOCKS = 4
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_MESSAGE_KEYS = frozenset({"role", "content"})
+_USER_BLOCKS = frozenset({"text", "image", "document", "tool_result", "search_result"})
+_ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+
+
+class InvalidRequest(Exception):
+    """A request the real API would refuse with 400 invalid_request_error."""
+
+
+def anthropic_error(message: str, type_: str = "invalid_request_error") -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def _check_cache_control(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, dict) or value.get("type") != "ephemeral" \
+            or value.get("ttl", "5m") not in ("5m", "1h") or set(value) - {"type", "ttl"}:
+        raise InvalidRequest(f"{where}.cache_control: invalid cache_control {value!r}")
+    return 1
+
+
+def _check_block(block: Any, where: str, allowed: frozenset[str]) -> int:
+    """Validate one content block; return how many cache_control markers it carries."""
+    if not isinstance(block, dict) or block.get("type") not in allowed:
+        kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+        raise InvalidRequest(f"{where}.type: unexpected block type {kind!r}")
+    kind = block["type"]
+    if kind == "text" and not (isinstance(block.get("text"), str) and block["text"]):
+        raise InvalidRequest(f"{where}: text content blocks must be non-empty")
+    if kind == "tool_use" and not (block.get("id") and block.get("name")
+                                   and isinstance(block.get("input"), dict)):
+        raise InvalidRequest(f"{where}: tool_use needs id, name and an object input")
+    if kind == "image":
+        source = block.get("source") or {}
+        if source.get("type") == "base64" and not (source.get("media_type")
+                                                   and source.get("data")):
+            raise InvalidRequest(f"{where}.source: base64 images need media_type and data")
+        if source.get("type") not in ("base64", "url"):
+            raise InvalidRequest(f"{where}.source.type: expected base64 or url")
+    count = _check_cache_control(block.get("cache_control"), where)
+    if kind == "tool_result":
+        inner = block.get("content")
+        if isinstance(inner, list):
+            for i, sub in enumerate(inner):
+                count += _check_block(sub, f"{where}.content.{i}", frozenset({"text", "image"}))
+    return count
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _check_messages(messages: Any) -> int:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: at least one message is required")
+    count = 0
+    asked: set[str] = set()
+    for i, message in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"{where}: expected an object")
+        extras = sorted(set(message) - _MESSAGE_KEYS)
+        if extras:
+            raise InvalidRequest(f"{where}.{extras[0]}: Extra inputs are not permitted")
+        role, content = message.get("role"), message.get("content")
+        expected = "user" if i % 2 == 0 else "assistant"
+        if role != expected:
+            raise InvalidRequest(f"{where}: roles must alternate between \"user\" and "
+                                 f"\"assistant\", starting with \"user\" (got {role!r})")
+        if content in (None, "", []):
+            raise InvalidRequest(f"{where}: all messages must have non-empty content")
+        blocks = _blocks(content)
+        allowed = _USER_BLOCKS if role == "user" else _ASSISTANT_BLOCKS
+        for j, block in enumerate(blocks):
+            count += _check_block(block, f"{where}.content.{j}", allowed)
+        results = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+        if role == "user":
+            if results - asked:
+                raise InvalidRequest(f"{where}: unexpected `tool_use_id` found in `tool_result` "
+                                     f"blocks: {sorted(results - asked)}. Each `tool_result` "
+                                     "block must have a corresponding `tool_use` block in the "
+                                     "previous message.")
+            if asked - results:
+                raise InvalidRequest(f"messages.{i - 1}: `tool_use` ids were found without "
+                                     f"`tool_result` blocks immediately after: "
+                                     f"{sorted(asked - results)}")
+        asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
+    if asked:
+        raise InvalidRequest(f"messages.{len(messages) - 1}: `tool_use` ids were found without "
+                             f"`tool_result` blocks immediately after: {sorted(asked)}")
+    last = messages[-1]
+    if last["role"] == "assistant":
+        tail = _blocks(last["content"])[-1]
+        if tail.get("type") == "text" and tail["text"] != tail["text"].rstrip():
+            raise InvalidRequest("final assistant content cannot end with trailing whitespace")
+    return count
+
+
+def _check_system_and_tools(body: dict[str, Any]) -> int:
+    count = 0
+    system = body.get("system")
+    if isinstance(system, list):
+        for i, block in enumerate(system):
+            count += _check_block(block, f"system.{i}", frozenset({"text"}))
+    elif system is not None and not isinstance(system, str):
+        raise InvalidRequest("system: expected a string or a list of text blocks")
+    for i, tool in enumerate(body.get("tools") or []):
+        if not (isinstance(tool, dict) and tool.get("name")
+                and isinstance(tool.get("input_schema"), dict)):
+            raise InvalidRequest(f"tools.{i}: a tool needs name and input_schema")
+        count += _check_cache_control(tool.get("cache_control"), f"tools.{i}")
+    return count
+
+
+def validate_request(body: Any) -> None:
+    """Raise InvalidRequest for what the real Messages API would refuse."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise InvalidRequest("model: Field required")
+    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
+        raise InvalidRequest("max_tokens: Field required (a positive integer)")
+    if body.get("stream"):
+        raise InvalidRequest("the fake supports stream=false only")
+    markers = _check_messages(body.get("messages")) + _check_system_and_tools(body)
+    if markers > MAX_CACHE_BLOCKS:
+        raise InvalidRequest(f"A maximum of {MAX_CACHE_BLOCKS} blocks with cache_control may "
+                             f"be provided. Found {markers}.")
+
+
+def request_chars(body: dict[str, Any]) -> int:
+    """Characters the fake bills as input: system, text, tool inputs and tool results."""
+    total = len(text_of(body.get("system")))
+    for message in body.get("messages") or []:
+        for block in _blocks(message.get("content")):
+            if block.get("type") == "tool_use":
+                total += len(block.get("name", "")) + len(json.dumps(block.get("input", {})))
+            else:
+                total += len(text_of([block]))
+    return total
+
+
+class FakeAnthropic(FakeServer, ScriptedModel):
+    """Anthropic Messages server; `base_url` is what `AsyncAnthropic(base_url=...)` takes.
+
+    Same knobs as FakeOpenAI: responder (text, or an OpenAI-format assistant message with
+    tool_calls), queue_reply, context_limit, enforce_output_room, max_output_tokens, api_key
+    (checked against x-api-key or Authorization: Bearer), models.
+    """
+
+    def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
+                 enforce_output_room: bool = False, max_output_tokens: int | None = None,
+                 api_key: str | None = None, models: list[str] | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        FakeServer.__init__(self, host=host, port=port)
+        ScriptedModel.__init__(self, responder)
+        self.context_limit = context_limit
+        self.enforce_output_room = enforce_output_room
+        self.max_output_tokens = max_output_tokens
+        self.api_key = api_key
+        self.models = models
+        self._ids = itertools.count(1)
+
+    @property
+    def base_url(self) -> str:
+        return self.url
+
+    def provider_settings(self, **overrides: Any) -> Any:
+        """ProviderSettings for an AnthropicProvider talking to this fake."""
+        from agent.providers.base import ProviderSettings
+
+        values: dict[str, Any] = {"provider": "anthropic", "model": "claude-fake",
+                                  "base_url": self.base_url, "api_key": self.api_key or "test-key",
+                                  "max_retries": 0, "timeout_s": 10.0}
+        return ProviderSettings(**{**values, **overrides})
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/messages", self._messages)]
+
+    def error_body(self, status: int, message: str) -> Any:
+        return anthropic_error(message, _ERROR_TYPES.get(status, "api_error"))
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        return estimate_tokens(request_chars(body))
+
+    def _auth_refusal(self, request: web.Request) -> web.Response | None:
+        given = request.headers.get("x-api-key") or request.headers.get(
+            "Authorization", "").removeprefix("Bearer ")
+        if not given or (self.api_key is not None and given != self.api_key):
+            return json_response(anthropic_error("invalid x-api-key", "authentication_error"),
+                                 401)
+        if not request.headers.get("anthropic-version"):
+            return json_response(anthropic_error("anthropic-version: header is required"), 400)
+        return None
+
+    def _length_refusal(self, body: dict[str, Any]) -> str | None:
+        prompt, wanted = self.prompt_tokens(body), body["max_tokens"]
+        if self.max_output_tokens is not None and wanted > self.max_output_tokens:
+            return (f"max_tokens: {wanted} > {self.max_output_tokens}, which is the maximum "
+                    f"allowed number of output tokens for {body['model']}")
+        limit = self.context_limit
+        if limit is not None and prompt > limit:
+            return f"prompt is too long: {prompt} tokens > {limit} maximum"
+        if limit is not None and self.enforce_output_room and prompt + wanted > limit:
+            return (f"input length and `max_tokens` exceed context limit: {prompt} + {wanted} > "
+                    f"{limit}, decrease input length or `max_tokens` and try again")
+        return None
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        refusal = self._auth_refusal(request)
+        if refusal is not None:
+            return refusal
+        try:
+            body = await request.json()
+            validate_request(body)
+        except (json.JSONDecodeError, InvalidRequest) as exc:
+            return json_response(anthropic_error(str(exc)), 400)
+        if self.models is not None and body["model"] not in self.models:
+            return json_response(anthropic_error(f"model: {body['model']}", "not_found_error"),
+                                 404)
+        too_long = self._length_refusal(body)
+        if too_long is not None:
+            return json_response(anthropic_error(too_long), 400)
+        return json_response(await self._reply(body))
+
+    async def _reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        text, calls = await self.next_reply(body)
+        stop = "tool_use" if calls else "end_turn"
+        if estimate_tokens(len(text)) > body["max_tokens"]:
+            text, stop = text[: body["max_tokens"] * 4], "max_tokens"
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for call in calls:
+            args = call["function"]["arguments"]
+            content.append({"type": "tool_use", "id": call["id"],
+                             "name": call["function"]["name"],
+                             "input": json.loads(args) if args else {}})
+        output = estimate_tokens(len(text) + sum(len(c["function"]["arguments"]) for c in calls))
+        return {
+            "id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
+            "model": body["model"], "content": content, "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": self.prompt_tokens(body), "output_tokens": output,
+                      "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        }
+
+
+def main(argv: list[str] | None = None) -> None:
+    def make(args: argparse.Namespace) -> FakeServer:
+        return FakeAnthropic(host=args.host, port=args.port, context_limit=args.context_limit,
+                             api_key=args.api_key)
+
+    run_cli(make, "Fake Anthropic Messages server", argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Pytest fixtures that start the fakes and always stop them (`pytest_plugins` in conftest)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.harness.fake_anthropic import FakeAnthropic
+from tests.harness.fake_openai import FakeOpenAI
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 with nothing listening (for connection-refused tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def autoclose() -> AsyncIterator[Callable[[T], T]]:
+    """`autoclose(obj)` returns obj and awaits `obj.aclose()` at teardown, on the test's loop.
+
+    SDK clients left for the garbage collector try to close after the loop is gone.
+    """
+    kept: list[Any] = []
+
+    def keep(obj: T) -> T:
+        kept.append(obj)
+        return obj
+
+    yield keep
+    for obj in reversed(kept):
+        await obj.aclose()

@@ -1,0 +1,221 @@
+"""Secrets never survive redaction; ordinary text does, untouched (context spec §7)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import logging
+
+import pytest
+
+from agent.redact import REDACTED, RedactingFilter, redact, redact_message
+
+# Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
+_DISCORD_ID = base64.b64encode(b"123456789012345678").decode().rstrip("=")
+SECRETS: dict[str, str] = {
+    "openai": "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl",
+    "anthropic": "sk-ant-api03-" + "AbCdEf_ghIJkl-MNopQRstu-VWxyz0123456789-abcdEFGH_ijkl-AA",
+    "openai_project": "sk-proj-" + "AbCdEfGhIjKl-MnOpQrStUvWx_yz0123456789abcdef",
+    "github": "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "github_server": "ghs_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "github_pat": "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN",
+    "slack": "xoxb-" + "1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "aws": "AKIA" + "IOSFODNN7EXAMPLE",
+    "aws_session": "ASIA" + "ABCDEFGHIJKLMNOP",
+    "google": "AIza" + "SyA-1234567890abcdefghijklmnopqrstu",
+    "huggingface": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    "telegram": "123456789:" + "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw_",
+    "discord": _DISCORD_ID + ".G1a2b3." + "abcdefghijklmnopqrstuvwxyz0123456789AB",
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+           + "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_every_key_kind_is_replaced_whole_in_a_sentence(kind: str) -> None:
+    secret = SECRETS[kind]
+    text = f"my {kind} key is {secret}. Please keep it safe."
+    out = redact(text)
+    assert out == f"my {kind} key is {REDACTED}. Please keep it safe."
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai_project", "slack", "github_pat"])
+def test_hyphenated_keys_leave_no_tail(kind: str) -> None:
+    secret = SECRETS[kind]
+    out = redact(f"export KEY_VALUE={secret}")
+    assert out.endswith(REDACTED)
+    # No fragment after the prefix survives, not even the last hyphenated piece.
+    for piece in secret.replace("_", "-").split("-")[1:]:
+        if len(piece) >= 4:
+            assert piece not in out
+
+
+def test_telegram_token_inside_a_bot_api_url() -> None:
+    url = f"https://api.telegram.org/bot{SECRETS['telegram']}/getMe"
+    assert redact(url) == f"https://api.telegram.org/bot{REDACTED}/getMe"
+
+
+def test_discord_shape_without_a_numeric_id_is_not_a_token() -> None:
+    lookalike = "MyProjectNameIsVeryLongOk.abcdef.abcdefghijklmnopqrstuvwxyz01234"
+    assert redact(lookalike) == lookalike
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("curl -H 'Authorization: Bearer abc123def456ghi789'",
+     f"curl -H 'Authorization: Bearer {REDACTED}'"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: Basic {REDACTED}"),
+    ('{"Authorization": "Bot abc.def.ghi"}', f'{{"Authorization": "Bot {REDACTED}"}}'),
+    ("token sent as Bearer abcdefghijklmnop1234", f"token sent as Bearer {REDACTED}"),
+])
+def test_authorization_headers_keep_the_name_and_lose_the_value(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_password_in_url_keeps_user_and_host() -> None:
+    text = "connect to postgres://admin:s3cr3t!pw@db.example.com:5432/app now"
+    assert redact(text) == f"connect to postgres://admin:{REDACTED}@db.example.com:5432/app now"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("DB_PASSWORD=hunter2x", f"DB_PASSWORD={REDACTED}"),
+    ("api_key: abcd1234", f"api_key: {REDACTED}"),
+    ('{"password": "correct horse battery"}', f'{{"password": "{REDACTED}"}}'),
+    ("dbPassword = 'pa ss'", f"dbPassword = '{REDACTED}'"),
+    ("https://x.test/cb?token=abc123&page=2", f"https://x.test/cb?token={REDACTED}&page=2"),
+    ("CLIENT_SECRET: zz9", f"CLIENT_SECRET: {REDACTED}"),
+    ("x-api-key: k-123", f"x-api-key: {REDACTED}"),
+    ("Pwd=letmein;Server=db", f"Pwd={REDACTED};Server=db"),
+    ("AUTH=abc private_key: 'xyz'", f"AUTH={REDACTED} private_key: '{REDACTED}'"),
+])
+def test_secret_assignments_lose_their_value(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_private_key_block_is_replaced_whole() -> None:
+    block = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAx1y2\nQm9ndXNrZXk=\n"
+             "-----END RSA PRIVATE KEY-----")
+    assert redact(f"here:\n{block}\nthanks") == f"here:\n{REDACTED}\nthanks"
+
+
+def test_unterminated_private_key_block_still_loses_its_body() -> None:
+    out = redact("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\nAAAABG5vbmU=")
+    assert out == REDACTED
+
+
+ORDINARY = [
+    "PELICAN-7731 is the ticket for the login bug",
+    "/home/user/src/threadline/agent/context_compressor.py:120",
+    "C:\\Users\\ann\\Documents\\report-final-v2.docx",
+    "request id 123e4567-e89b-12d3-a456-426614174000",
+    "commit da39a3ee5e6b4b0d3255bfef95601890afd80709 fixed it",
+    "max_tokens: 1024 and prompt_tokens=5310, tokens: 77",
+    "author: Jane Doe; monkey=3; keyboard: US",
+    "## Key Decisions: none yet",
+    "the task-risk-management-framework-for-the-whole-team doc",
+    "whisk-together-the-eggs-and-the-flour-slowly then bake",
+    "XAKIAIOSFODNN7EXAMPLEX is a made-up constant name",
+    "see shf_abcdefghijklmnopqrstuvwxyz0123456 and myghp_abcdefghijklmnopqrstuvwxyz0123",
+    "visit https://www.example.com/path?page=2&sort=asc",
+    "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "Time 12:30:45, ratio 3:2, score 10:7",
+    "A bearer of good news arrived.",
+    "ssh git@github.com:org/repo.git",
+    "Ask about the API key rotation schedule tomorrow.",
+    "www.google.com and docs.python.org",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_redaction_is_idempotent() -> None:
+    text = " | ".join(SECRETS.values()) + " password=abc postgres://u:p4ss@h/db"
+    once = redact(text)
+    assert once.count(REDACTED) >= len(SECRETS) + 2
+    assert redact(once) == once
+
+
+def test_redact_message_copies_and_covers_every_text_field() -> None:
+    key = SECRETS["openai"]
+    msg = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": f"using {key}"},
+                    {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}],
+        "tool_calls": [{"id": "c1", "type": "function",
+                        "function": {"name": "http", "arguments": f'{{"api_key": "{key}"}}'}}],
+    }
+    before = copy.deepcopy(msg)
+    out = redact_message(msg)
+    assert msg == before  # the input is never mutated
+    assert key not in repr(out)
+    assert out["content"][0]["text"] == f"using {REDACTED}"
+    assert out["content"][1] is msg["content"][1]  # untouched parts are shared, not copied
+    assert out["tool_calls"][0]["function"]["arguments"] == f'{{"api_key": "{REDACTED}"}}'
+
+
+def test_redact_message_covers_tool_results() -> None:
+    token = SECRETS["github"]
+    tool = {"role": "tool", "tool_call_id": "c1", "content": f"GITHUB_TOKEN={token}"}
+    assert redact_message(tool)["content"] == f"GITHUB_TOKEN={REDACTED}"
+    block = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "content": [{"type": "text", "text": token}]}]}
+    assert redact_message(block)["content"][0]["content"][0]["text"] == REDACTED
+    assert block["content"][0]["content"][0]["text"] == token
+
+
+def test_redact_message_returns_the_same_object_when_clean() -> None:
+    msg = {"role": "user", "content": [{"type": "text", "text": "hello there"}]}
+    assert redact_message(msg) is msg
+
+
+def _logger_with_filter() -> tuple[logging.Logger, io.StringIO, RedactingFilter]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    filt = RedactingFilter()
+    handler.addFilter(filt)
+    logger = logging.getLogger(f"test_redact.{id(stream)}")
+    logger.handlers = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    return logger, stream, filt
+
+
+def test_log_filter_redacts_secrets_in_args_and_in_msg() -> None:
+    logger, stream, _ = _logger_with_filter()
+    logger.info("calling with key %s for %s", SECRETS["anthropic"], "chat 42")
+    logger.warning(f"bot token is {SECRETS['telegram']}")
+    out = stream.getvalue()
+    assert SECRETS["anthropic"] not in out and SECRETS["telegram"] not in out
+    assert f"calling with key {REDACTED} for chat 42" in out
+    assert f"bot token is {REDACTED}" in out
+
+
+def test_log_filter_masks_configured_secrets_that_fit_no_pattern() -> None:
+    logger, stream, filt = _logger_with_filter()
+    filt.add_known_secret("plain-looking-value-42")
+    filt.add_known_secret("short")  # too short to mask safely: ignored
+    logger.error("upstream said %r", {"detail": "bad plain-looking-value-42", "who": "short"})
+    out = stream.getvalue()
+    assert "plain-looking-value-42" not in out
+    assert REDACTED in out and "short" in out
+
+
+def test_log_filter_redacts_tracebacks() -> None:
+    logger, stream, _ = _logger_with_filter()
+    try:
+        raise RuntimeError(f"auth failed for {SECRETS['huggingface']}")
+    except RuntimeError:
+        logger.exception("request failed")
+    out = stream.getvalue()
+    assert "Traceback" in out and SECRETS["huggingface"] not in out
+
+
+def test_known_secrets_belong_to_one_filter_only() -> None:
+    first, second = RedactingFilter(), RedactingFilter()
+    first.add_known_secret("configured-secret-value")
+    assert first.redact("x configured-secret-value y") == f"x {REDACTED} y"
+    assert second.redact("x configured-secret-value y") == "x configured-secret-value y"

@@ -1,0 +1,305 @@
+"""The SQLite store: opening and migrating, message round trips, sessions, the inbound ledger."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+
+from storage import schema
+from storage.models import (
+    Compaction,
+    ContinuationConflict,
+    NewMessage,
+    StoreError,
+    TurnRecord,
+    UsageRecord,
+)
+from storage.sqlite import SqliteSessionStore
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
+    async with SqliteSessionStore(tmp_path / "data" / "threadline.db") as opened:
+        yield opened
+
+
+def msg(role: str, content: Any = "", **meta: Any) -> NewMessage:
+    return NewMessage({"role": role, "content": content}, **meta)
+
+
+# --- opening and migrating ---------------------------------------------------------------
+async def test_fresh_database_is_created_with_its_directory_and_current_schema(
+        tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "t.db"
+    async with SqliteSessionStore(path):
+        pass
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
+    assert {"sessions", "messages", "usage", "inbound", "chats", "messages_fts"} <= tables
+
+
+async def test_reopening_keeps_data_and_schema(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with SqliteSessionStore(path) as first:
+        session = await first.create_root_session("console:1", model="m", system_prompt="be kind")
+        await first.append_messages(session.id, [msg("user", "remember me")])
+    async with SqliteSessionStore(path) as second:
+        live = await second.live_session("console:1")
+        assert live is not None and live.id == session.id
+        assert [m.message["content"] for m in await second.load_history(session.id)] == [
+            "remember me"]
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+
+
+async def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with SqliteSessionStore(path):
+        pass
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError) as caught:
+        await SqliteSessionStore(path).initialize()
+    text = str(caught.value)
+    assert "newer" in text and str(path) in text and "\n" not in text
+
+
+async def test_older_database_is_migrated_and_its_messages_become_searchable(
+        tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        assert await schema.migrate(db, str(path), target=1) == 1
+        await db.execute("INSERT INTO sessions (id, chat_key, kind, started_at)"
+                         " VALUES ('old', 'console:1', 'root', 1)")
+        await db.execute("INSERT INTO messages (session_id, seq, role, content, created_at)"
+                         " VALUES ('old', 0, 'user', 'the heron nests early', 1)")
+    async with SqliteSessionStore(path) as store:
+        hits = await store.search("heron")
+    assert [(h.session_id, h.seq) for h in hits] == [("old", 0)]
+
+
+@pytest.mark.parametrize("make_bad_path", [
+    pytest.param(lambda tmp: _file(tmp / "plain-file") / "t.db", id="parent-is-a-file"),
+    pytest.param(lambda tmp: tmp, id="path-is-a-directory"),
+    pytest.param(lambda tmp: _file(tmp / "junk.db", b"this is not sqlite" * 100),
+                 id="not-a-database"),
+])
+async def test_unusable_path_gives_one_line_store_error_naming_it(
+        tmp_path: Path, make_bad_path: Any) -> None:
+    path = make_bad_path(tmp_path)
+    store = SqliteSessionStore(path)
+    with pytest.raises(StoreError) as caught:
+        await store.initialize()
+    assert str(path) in str(caught.value)
+    assert "\n" not in str(caught.value) and "Traceback" not in str(caught.value)
+    await store.shutdown()  # nothing open: still fine
+
+
+def _file(path: Path, data: bytes = b"x") -> Path:
+    path.write_bytes(data)
+    return path
+
+
+async def test_shutdown_is_idempotent_and_later_calls_say_the_store_is_closed(
+        store: SqliteSessionStore) -> None:
+    await store.shutdown()
+    await store.shutdown()
+    with pytest.raises(StoreError, match="not open"):
+        await store.live_session("console:1")
+
+
+# --- messages ----------------------------------------------------------------------------
+ROUND_TRIP = [
+    {"role": "system", "content": "You are Threadline."},
+    {"role": "user", "content": "héllo 👋 — \"quoted\"\nsecond line"},
+    {"role": "user", "content": [
+        {"type": "text", "text": "what is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "read_file", "arguments": "{\"path\": \"a.txt\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "read_file", "content": "file body"},
+    {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "x"}]},
+    {"role": "assistant", "content": "", "reasoning_content": "thought", "name": None},
+    {"role": "assistant", "tool_calls": []},  # no content key at all
+]
+
+
+async def test_history_round_trips_exactly_with_its_metadata(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("console:1", model="m", system_prompt="s")
+    new = [NewMessage(m, tokens=i * 10, platform_message_id=f"p{i}" if i == 1 else None,
+                      answered=False if i == 1 else None, sender_id="u1" if i == 1 else None,
+                      sender_name="Ada" if i == 1 else None)
+           for i, m in enumerate(ROUND_TRIP)]
+    appended = await store.append_messages(session.id, new)
+    history = await store.load_history(session.id)
+    assert [h.message for h in history] == ROUND_TRIP
+    assert [h.seq for h in history] == list(range(len(ROUND_TRIP)))
+    assert [h.id for h in history] == [a.id for a in appended]
+    assert [h.tokens for h in history] == [i * 10 for i in range(len(ROUND_TRIP))]
+    user = history[1]
+    assert (user.platform_message_id, user.answered, user.sender_id, user.sender_name) == (
+        "p1", False, "u1", "Ada")
+    assert history[0].answered is None and history[0].sender_id is None
+    assert [a.message for a in appended] == ROUND_TRIP
+
+
+async def test_appends_continue_the_sequence(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session(
+        "console:1", model=None, system_prompt=None, system_message=msg("system", "sys"))
+    await store.append_messages(session.id, [msg("user", "a")])
+    await store.append_messages(session.id, [msg("assistant", "b"), msg("user", "c")])
+    history = await store.load_history(session.id)
+    assert [(h.seq, h.message["content"]) for h in history] == [
+        (0, "sys"), (1, "a"), (2, "b"), (3, "c")]
+    record = await store.get_session(session.id)
+    assert record is not None and record.message_count == 4
+
+
+async def test_a_message_without_a_role_or_not_json_is_refused(
+        store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("console:1", model=None, system_prompt=None)
+    with pytest.raises(StoreError, match="role"):
+        await store.append_messages(session.id, [NewMessage({"content": "x"})])
+    with pytest.raises(StoreError, match="JSON"):
+        await store.append_messages(session.id, [msg("user", [object()])])
+    assert await store.load_history(session.id) == []
+
+
+# --- sessions ----------------------------------------------------------------------------
+async def test_reset_then_new_root_gives_the_chat_a_fresh_live_session(
+        store: SqliteSessionStore) -> None:
+    assert await store.live_session("telegram:42") is None
+    first = await store.create_root_session("telegram:42", model="m", system_prompt="s")
+    assert (await store.live_session("telegram:42")) == first
+    await store.end_session(first.id, "reset")
+    await store.end_session(first.id, "expired")  # already ended: no-op
+    assert await store.live_session("telegram:42") is None
+    ended = await store.get_session(first.id)
+    assert ended is not None and ended.end_reason == "reset" and ended.ended_at is not None
+    second = await store.create_root_session("telegram:42", model="m", system_prompt="s")
+    live = await store.live_session("telegram:42")
+    assert live is not None and live.id == second.id and live.kind == "root"
+    assert [s.id for s in await store.list_sessions("telegram:42")] == [second.id, first.id]
+    assert await store.list_sessions("discord:1") == []
+
+
+async def test_end_session_refuses_compression_and_unknown_ids(
+        store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("console:1", model=None, system_prompt=None)
+    with pytest.raises(StoreError, match="record_turn"):
+        await store.end_session(session.id, "compression")
+    with pytest.raises(StoreError, match="no session"):
+        await store.end_session("missing", "reset")
+
+
+async def test_the_last_turn_of_a_reset_session_may_still_complete(
+        store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("console:1", model=None, system_prompt=None)
+    await store.end_session(session.id, "reset")
+    await store.record_turn(session.id, TurnRecord(after=(msg("assistant", "late reply"),)))
+    assert [m.message["content"] for m in await store.load_history(session.id)] == [
+        "late reply"]
+    with pytest.raises(ContinuationConflict):
+        await store.record_turn(session.id, TurnRecord(
+            compaction=Compaction(messages=(msg("system", "summary"),))))
+
+
+async def test_engine_state_and_prompt_tokens_are_saved(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("console:1", model=None, system_prompt=None)
+    await store.save_engine_state(session.id, {"previous_summary": "s", "strikes": 1}, 1234)
+    await store.save_engine_state(session.id, {"strikes": 2})
+    record = await store.get_session(session.id)
+    assert record is not None
+    assert record.engine_state == {"strikes": 2} and record.last_prompt_tokens == 1234
+
+
+async def test_list_sessions_counts_messages_and_tokens(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("console:1", model=None, system_prompt=None)
+    await store.record_turn(session.id, TurnRecord(
+        before=(msg("user", "q"), msg("assistant", "a")),
+        usage=(UsageRecord("m", "chat", input_tokens=100, output_tokens=7),
+               UsageRecord("m", "summary", input_tokens=50, output_tokens=3))))
+    [listed] = await store.list_sessions()
+    assert (listed.message_count, listed.input_tokens, listed.output_tokens) == (2, 150, 10)
+
+
+# --- the inbound ledger ------------------------------------------------------------------
+async def _ingest(store: SqliteSessionStore, message_id: str, text: str = "hi",
+                  chat_id: str = "42") -> Any:
+    return await store.ingest(platform="telegram", chat_id=chat_id, message_id=message_id,
+                              chat_key=f"telegram:{chat_id}", text=text, sender_id="u1",
+                              sender_name="Ada", extra={"is_group": False})
+
+
+async def test_a_redelivered_message_is_recorded_once(store: SqliteSessionStore) -> None:
+    first = await _ingest(store, "7")
+    assert first is not None and first.status == "pending" and first.extra == {"is_group": False}
+    assert await _ingest(store, "7", text="again") is None
+    assert await _ingest(store, "7", chat_id="43") is not None  # another chat, another row
+    assert [r.text for r in await store.open_inbound()] == ["hi", "hi"]
+
+
+async def test_inbound_goes_pending_taken_answered(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    one, two = await _ingest(store, "1", "first"), await _ingest(store, "2", "second")
+    stored = await store.take_inbound(
+        [one.id, two.id], session.id,
+        [msg("user", "first", platform_message_id="1"),
+         msg("user", "second", platform_message_id="2")])
+    assert [s.answered for s in stored] == [False, False]
+    opened = await store.open_inbound()
+    assert [(r.status, r.message_row_id) for r in opened] == [
+        ("taken", stored[0].id), ("taken", stored[1].id)]
+    await store.record_turn(session.id, TurnRecord(after=(msg("assistant", "both"),),
+                                                   answered=(one.id,), failed=(two.id,)))
+    assert await store.open_inbound() == []
+    history = await store.load_history(session.id)
+    assert [h.answered for h in history] == [True, False, None]
+
+
+async def test_coalesced_inbound_rows_link_to_the_merged_message(
+        store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    rows = [await _ingest(store, str(i)) for i in range(3)]
+    [merged] = await store.take_inbound([r.id for r in rows], session.id,
+                                        [msg("user", "one two three")])
+    assert {r.message_row_id for r in await store.open_inbound()} == {merged.id}
+
+
+async def test_taking_a_row_twice_is_refused_and_appends_nothing(
+        store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    row = await _ingest(store, "1")
+    await store.take_inbound([row.id], session.id, [msg("user", "hi")])
+    with pytest.raises(StoreError, match="taken"):
+        await store.take_inbound([row.id], session.id, [msg("user", "hi")])
+    assert len(await store.load_history(session.id)) == 1
+
+
+async def test_an_edit_replaces_text_only_while_pending(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    row = await _ingest(store, "1", "helo")
+    assert await store.update_inbound_text("telegram", "42", "1", "hello") == "pending"
+    await store.take_inbound([row.id], session.id, [msg("user", "hello")])
+    assert await store.update_inbound_text("telegram", "42", "1", "changed") == "taken"
+    assert [r.text for r in await store.open_inbound()] == ["hello"]
+    assert await store.update_inbound_text("telegram", "42", "404", "x") is None
+
+
+async def test_finish_inbound_closes_rows_that_never_became_a_turn(
+        store: SqliteSessionStore) -> None:
+    command, ignored = await _ingest(store, "1", "/help"), await _ingest(store, "2", "spam")
+    await store.finish_inbound([command.id], "answered")
+    await store.finish_inbound([ignored.id], "failed")
+    assert await store.open_inbound() == []
+    with pytest.raises(StoreError, match="answered or failed"):
+        await store.finish_inbound([command.id], "pending")

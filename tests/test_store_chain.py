@@ -1,0 +1,314 @@
+"""Continuation chains: one-transaction compaction, the tip, races, cycles, chain-wide usage."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.models import (
+    Compaction,
+    ContinuationConflict,
+    NewMessage,
+    SessionRecord,
+    StoreError,
+    TurnRecord,
+    UsageRecord,
+)
+from storage.sqlite import SqliteSessionStore
+
+CHAT = "telegram:42"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
+    async with SqliteSessionStore(tmp_path / "threadline.db") as opened:
+        yield opened
+
+
+def msg(role: str, content: Any = "", **meta: Any) -> NewMessage:
+    return NewMessage({"role": role, "content": content}, **meta)
+
+
+def compacted_turn(label: str = "") -> TurnRecord:
+    return TurnRecord(
+        before=(msg("user", f"question {label}"), msg("assistant", f"answer {label}")),
+        compaction=Compaction(messages=(msg("system", "sys"), msg("user", f"summary {label}")),
+                              engine_state={"previous_summary": label}),
+        usage=(UsageRecord("m", "summary", input_tokens=10, output_tokens=2),))
+
+
+async def root(store: SqliteSessionStore, chat: str = CHAT) -> SessionRecord:
+    return await store.create_root_session(chat, model="gpt-x", system_prompt="be brief",
+                                           system_message=msg("system", "be brief"))
+
+
+async def grow_chain(store: SqliteSessionStore, depth: int) -> list[str]:
+    ids = [(await root(store)).id]
+    for i in range(depth):
+        ids.append((await store.record_turn(ids[-1], compacted_turn(str(i)))).id)
+    return ids
+
+
+def raw(store: SqliteSessionStore) -> sqlite3.Connection:
+    """A second, plain connection: what another process would see."""
+    return sqlite3.connect(store.path, isolation_level=None)
+
+
+def snapshot(store: SqliteSessionStore) -> dict[str, Any]:
+    with raw(store) as db:
+        return {table: db.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+                for table in ("sessions", "messages", "usage", "inbound", "chats")}
+
+
+# --- one transaction ---------------------------------------------------------------------
+async def test_compaction_ends_the_parent_and_starts_the_linked_child(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    row = await store.ingest(platform="telegram", chat_id="42", message_id="9", chat_key=CHAT,
+                             text="question", sender_id="u", sender_name="Ada")
+    [taken] = await store.take_inbound([row.id], parent.id, [msg("user", "question")])
+    turn = TurnRecord(
+        before=(msg("assistant", "long answer"),),
+        compaction=Compaction(messages=(msg("system", "be brief"), msg("user", "[summary]")),
+                              engine_state={"previous_summary": "[summary]"}),
+        after=(msg("assistant", "after the squeeze"),),
+        answered=(row.id,), engine_state={"strikes": 0}, last_prompt_tokens=321)
+    child = await store.record_turn(parent.id, turn)
+
+    ended = await store.get_session(parent.id)
+    assert ended is not None and ended.end_reason == "compression"
+    assert (child.parent_session_id, child.kind, child.live) == (parent.id, "compression", True)
+    assert ended.ended_at is not None and child.started_at >= ended.ended_at
+    assert (child.model, child.system_prompt, child.compression_count) == (
+        "gpt-x", "be brief", 1)
+    assert (child.engine_state, child.last_prompt_tokens) == ({"strikes": 0}, 321)
+    with raw(store) as db:
+        assert db.execute("SELECT session_id FROM chats WHERE chat_key = ?",
+                          (CHAT,)).fetchone() == (child.id,)
+    assert (await store.live_session(CHAT)) == child
+    assert [(m.seq, m.message["content"]) for m in await store.load_history(child.id)] == [
+        (0, "be brief"), (1, "[summary]"), (2, "after the squeeze")]
+    parent_history = await store.load_history(parent.id)
+    assert [m.message["content"] for m in parent_history] == [
+        "be brief", "question", "long answer"]
+    assert parent_history[1].id == taken.id and parent_history[1].answered is True
+    assert await store.open_inbound() == []
+
+
+async def test_a_failing_turn_writes_nothing_at_all(store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    before = snapshot(store)
+    bad = TurnRecord(before=(msg("assistant", "fine"),),
+                     compaction=Compaction(messages=(msg("user", "summary"),)),
+                     after=(msg("assistant", [object()]),))  # not JSON: fails last
+    with pytest.raises(StoreError):
+        await store.record_turn(parent.id, bad)
+    assert snapshot(store) == before
+    assert (await store.live_session(CHAT)) == parent
+
+
+async def test_a_second_continuation_of_the_same_parent_is_refused_and_writes_nothing(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    row = await store.ingest(platform="telegram", chat_id="42", message_id="1", chat_key=CHAT,
+                             text="x", sender_id=None, sender_name=None)
+    await store.record_turn(parent.id, compacted_turn("first"))
+    before = snapshot(store)
+    second = TurnRecord(before=(msg("assistant", "fork?"),),
+                        compaction=Compaction(messages=(msg("user", "other summary"),)),
+                        answered=(row.id,),
+                        usage=(UsageRecord("m", "summary", input_tokens=99),))
+    with pytest.raises(ContinuationConflict):
+        await store.record_turn(parent.id, second)
+    with pytest.raises(ContinuationConflict):  # plain appends go to the continuation too
+        await store.append_messages(parent.id, [msg("user", "late")])
+    assert snapshot(store) == before
+
+
+async def test_the_unique_index_is_the_final_guard_against_a_fork(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    with raw(store) as db:  # a child written behind the store's back, parent still live
+        db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at)"
+                   " VALUES ('intruder', ?, ?, 'compression', 1)", (CHAT, parent.id))
+        with pytest.raises(sqlite3.IntegrityError):
+            db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
+                       " started_at) VALUES ('second', ?, ?, 'compression', 1)",
+                       (CHAT, parent.id))
+    with pytest.raises(ContinuationConflict):
+        await store.record_turn(parent.id, compacted_turn())
+
+
+async def _race(stores: list[SqliteSessionStore], parent_id: str) -> list[Any]:
+    return await asyncio.gather(
+        *(s.record_turn(parent_id, compacted_turn(str(i))) for i, s in enumerate(stores)),
+        return_exceptions=True)
+
+
+async def _assert_one_winner(store: SqliteSessionStore, parent_id: str,
+                             results: list[Any]) -> None:
+    winners = [r for r in results if isinstance(r, SessionRecord)]
+    losers = [r for r in results if isinstance(r, ContinuationConflict)]
+    assert (len(winners), len(losers)) == (1, len(results) - 1), results
+    with raw(store) as db:
+        children = db.execute("SELECT id FROM sessions WHERE parent_session_id = ?",
+                              (parent_id,)).fetchall()
+        answers = db.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?"
+                             " AND content LIKE 'answer %'", (parent_id,)).fetchone()[0]
+    assert children == [(winners[0].id,)] and answers == 1
+    assert await store.get_compression_tip(parent_id) == winners[0].id
+
+
+async def test_racing_compactions_in_one_process_make_exactly_one_continuation(
+        store: SqliteSessionStore) -> None:
+    for _ in range(5):
+        parent = await root(store)
+        await _assert_one_winner(store, parent.id, await _race([store] * 3, parent.id))
+
+
+async def test_racing_compactions_from_two_store_objects_make_exactly_one_continuation(
+        store: SqliteSessionStore) -> None:
+    async with SqliteSessionStore(store.path) as other:
+        for _ in range(5):
+            parent = await root(store)
+            await _assert_one_winner(store, parent.id,
+                                     await _race([store, other, store, other], parent.id))
+
+
+# --- the tip and the chain ---------------------------------------------------------------
+@pytest.mark.parametrize("depth", [0, 1, 25])
+async def test_tip_is_the_last_continuation_from_anywhere_in_the_chain(
+        store: SqliteSessionStore, depth: int) -> None:
+    ids = await grow_chain(store, depth)
+    for session_id in ids:
+        assert await store.get_compression_tip(session_id) == ids[-1]
+    assert [s.id for s in await store.chain(ids[len(ids) // 2])] == ids
+    live = await store.live_session(CHAT)
+    assert live is not None and live.id == ids[-1] and live.compression_count == depth
+
+
+async def test_tip_of_an_unknown_id_is_that_id(store: SqliteSessionStore) -> None:
+    assert await store.get_compression_tip("nobody") == "nobody"
+    assert await store.chain("nobody") == []
+
+
+async def test_tip_never_follows_a_branch(store: SqliteSessionStore) -> None:
+    first, second = await grow_chain(store, 1)
+    with raw(store) as db:
+        for branch, parent in (("branch-a", first), ("branch-b", second)):
+            db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
+                       " started_at) VALUES (?, ?, ?, 'branch', ?)",
+                       (branch, CHAT, parent, time.time() + 10))
+    assert await store.get_compression_tip(first) == second
+    assert await store.get_compression_tip(second) == second
+    assert await store.get_compression_tip("branch-a") == "branch-a"
+    assert [s.id for s in await store.chain("branch-b")] == ["branch-b"]
+    assert [s.id for s in await store.chain(first)] == [first, second]
+
+
+async def test_tip_follows_only_sessions_that_ended_by_compression(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    await store.end_session(parent.id, "reset")
+    with raw(store) as db:  # a compression-kind child of a reset session is not followed
+        db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at)"
+                   " VALUES ('stray', ?, ?, 'compression', 1)", (CHAT, parent.id))
+    assert await store.get_compression_tip(parent.id) == parent.id
+    assert await store.live_session(CHAT) is None  # the chat's session ended: /new
+
+
+async def test_a_cycle_written_by_hand_still_terminates(store: SqliteSessionStore) -> None:
+    with raw(store) as db:  # foreign keys are off on this plain connection
+        for sid, parent in (("a", "b"), ("b", "a")):
+            db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
+                       " end_reason, started_at, ended_at)"
+                       " VALUES (?, ?, ?, 'compression', 'compression', 1, 2)",
+                       (sid, CHAT, parent))
+    started = time.perf_counter()
+    assert await store.get_compression_tip("a") in {"a", "b"}
+    assert {s.id for s in await store.chain("a")} == {"a", "b"}
+    assert (await store.usage_totals("a")).calls == 0
+    assert time.perf_counter() - started < 5
+
+
+# --- usage over a chain ------------------------------------------------------------------
+async def test_usage_totals_cover_the_whole_chain_and_nothing_else(
+        store: SqliteSessionStore) -> None:
+    ids = await grow_chain(store, 3)  # each compaction books 10 in / 2 out on its parent
+    await store.record_usage(ids[0], UsageRecord("m", "chat", 1000, 100, 5, 6, 7))
+    await store.record_usage(ids[-1], UsageRecord("m", "chat", 1, 1))
+    other = await root(store, chat="discord:7")
+    await store.record_usage(other.id, UsageRecord("m", "chat", 555, 555))
+    for session_id in ids:
+        totals = await store.usage_totals(session_id)
+        assert (totals.input_tokens, totals.output_tokens, totals.cache_read_tokens,
+                totals.cache_write_tokens, totals.reasoning_tokens, totals.calls) == (
+            1031, 107, 5, 6, 7, 5)
+    assert (await store.usage_totals(other.id)).input_tokens == 555
+
+
+# --- durability --------------------------------------------------------------------------
+WRITER = """
+import asyncio, sys
+from storage.models import Compaction, NewMessage, TurnRecord
+from storage.sqlite import SqliteSessionStore
+
+async def main():
+    async with SqliteSessionStore(sys.argv[1]) as store:
+        live = await store.live_session("telegram:42")
+        if live is None:
+            live = await store.create_root_session("telegram:42", model="m", system_prompt="s")
+        n = 0
+        while True:
+            words = [NewMessage({"role": "user", "content": f"turn {n} " * 50})] * 20
+            turn = TurnRecord(before=tuple(words), compaction=Compaction(
+                messages=(NewMessage({"role": "user", "content": f"summary {n}"}),)))
+            live = await store.record_turn(live.id, turn)
+            n += 1
+            print(n, flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_kill_9_mid_compaction_leaves_a_consistent_chain(tmp_path: Path) -> None:
+    path = tmp_path / "killed.db"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    repo = Path(__file__).resolve().parents[1]
+    for round_ in range(3):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), str(path), cwd=repo, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(repo)})
+        assert proc.stdout is not None
+        for _ in range(3 + 2 * round_):  # let a few compactions commit, then kill mid-flight
+            assert await asyncio.wait_for(proc.stdout.readline(), 30)
+        proc.kill()
+        await proc.wait()
+        await _assert_consistent(path)
+
+
+async def _assert_consistent(path: Path) -> None:
+    async with SqliteSessionStore(path) as store:
+        live = await store.live_session(CHAT)
+        assert live is not None
+        chain = await store.chain(live.id)
+        assert chain[0].kind == "root" and chain[-1].id == live.id
+        for parent, child in zip(chain, chain[1:], strict=False):
+            assert parent.end_reason == "compression" and parent.ended_at is not None
+            assert child.parent_session_id == parent.id and child.kind == "compression"
+            assert child.started_at >= parent.ended_at
+            history = await store.load_history(child.id)
+            assert history and history[0].message["content"].startswith("summary")
+        assert [s.live for s in chain].count(True) == 1
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")

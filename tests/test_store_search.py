@@ -1,0 +1,127 @@
+"""Full-text search over every stored message: user text is plain text, never FTS syntax."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.models import Compaction, NewMessage, StoreError, TurnRecord
+from storage.sqlite import SqliteSessionStore
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
+    async with SqliteSessionStore(tmp_path / "threadline.db") as opened:
+        yield opened
+
+
+def msg(role: str, content: Any) -> NewMessage:
+    return NewMessage({"role": role, "content": content})
+
+
+async def chat_with(store: SqliteSessionStore, chat_key: str, *texts: str) -> str:
+    session = await store.create_root_session(chat_key, model=None, system_prompt=None)
+    await store.append_messages(session.id, [msg("user", t) for t in texts])
+    return session.id
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("PELICAN-7731", "the ticket is PELICAN-7731, urgent"),
+    ("pelican-7731", "the ticket is PELICAN-7731, urgent"),
+    ("a.b", "call a.b() first"),
+    ("foo:", "foo: bar"),
+    ('"hi there"', 'he said "hi there" twice'),
+    ("it's", "it's raining"),
+    ("NEAR(x", "NEAR(x is not an operator here"),
+    ("café", "un café noir"),
+])
+async def test_user_text_is_searched_as_plain_text(
+        store: SqliteSessionStore, query: str, expected: str) -> None:
+    await chat_with(store, "console:1", "the ticket is PELICAN-7731, urgent",
+                    "call a.b() first", "foo: bar", 'he said "hi there" twice', "it's raining",
+                    "NEAR(x is not an operator here", "un café noir", "nothing to see")
+    hits = await store.search(query)
+    assert expected.replace("[", "").replace("]", "") in [
+        h.snippet.replace("[", "").replace("]", "") for h in hits]
+    assert all("nothing to see" not in h.snippet for h in hits)
+
+
+@pytest.mark.parametrize(("query", "hits"), [
+    ('"', 0), ('""', 0), ("*", 0), ("-", 0), ("(", 0), ("'", 0), (":", 0), ("^", 0),
+    ("AND", 1), ("OR NOT", 1), ("NOT*", 1), ("words)", 1),
+])
+async def test_syntax_characters_never_crash_and_operators_are_words(
+        store: SqliteSessionStore, query: str, hits: int) -> None:
+    await chat_with(store, "console:1", "AND OR NOT are words too")
+    assert len(await store.search(query)) == hits
+
+
+async def test_terms_must_all_match_and_keep_their_order_inside_a_term(
+        store: SqliteSessionStore) -> None:
+    await chat_with(store, "console:1", "red apple pie", "green apple", "7731-PELICAN")
+    assert [h.snippet for h in await store.search("apple red")] == ["[red] [apple] pie"]
+    assert [h.snippet for h in await store.search("PELICAN-7731")] == []
+
+
+async def test_hits_name_session_position_role_and_chat(store: SqliteSessionStore) -> None:
+    first = await chat_with(store, "console:1", "zebra crossing")
+    second = await chat_with(store, "discord:9", "a", "zebra stripes")
+    hits = await store.search("zebra")
+    assert {(h.session_id, h.chat_key, h.seq, h.role) for h in hits} == {
+        (first, "console:1", 0, "user"), (second, "discord:9", 1, "user")}
+    assert [h.session_id for h in await store.search("zebra", chat_key="discord:9")] == [second]
+    assert all(h.created_at > 0 for h in hits)
+
+
+async def test_search_finds_original_turns_of_ended_chain_sessions(
+        store: SqliteSessionStore) -> None:
+    parent = await chat_with(store, "console:1", "the vault code is HERON-42")
+    child = await store.record_turn(parent, TurnRecord(
+        compaction=Compaction(messages=(msg("user", "summary: a code was shared"),))))
+    await store.append_messages(child.id, [msg("user", "what was the HERON code?")])
+    hits = await store.search("HERON-42")
+    assert [(h.session_id, h.seq) for h in hits] == [(parent, 0)]
+    assert {h.session_id for h in await store.search("HERON")} == {parent, child.id}
+
+
+async def test_text_blocks_of_list_content_are_searchable_other_blocks_are_not(
+        store: SqliteSessionStore) -> None:
+    await chat_with(store, "console:1", "plain")
+    session = await store.live_session("console:1")
+    assert session is not None
+    await store.append_messages(session.id, [msg("user", [
+        {"type": "text", "text": "look at the lighthouse"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/penguin.png"}}])])
+    [hit] = await store.search("lighthouse")
+    assert hit.snippet == "look at the [lighthouse]"
+    assert await store.search("penguin") == []
+
+
+async def test_index_follows_text_changes_only(store: SqliteSessionStore) -> None:
+    session = await chat_with(store, "console:1", "old words")
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE messages SET answered = 1, tokens = 5")  # no text change
+        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+        db.execute("UPDATE messages SET content = 'new words' WHERE session_id = ?", (session,))
+        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+    assert await store.search("old") == []
+    assert [h.snippet for h in await store.search("new")] == ["[new] words"]
+
+
+async def test_empty_query_finds_nothing(store: SqliteSessionStore) -> None:
+    await chat_with(store, "console:1", "anything")
+    assert await store.search("   ") == []
+
+
+async def test_a_broken_index_is_a_clear_store_error(store: SqliteSessionStore) -> None:
+    await chat_with(store, "console:1", "anything")
+    with sqlite3.connect(store.path) as db:
+        db.execute("DROP TABLE messages_fts")
+    with pytest.raises(StoreError) as caught:
+        await store.search("anything")
+    assert "search for 'anything' failed" in str(caught.value)
+    assert "\n" not in str(caught.value)
