@@ -56,6 +56,8 @@ class _Plan:
     head: list[Message]
     middle: list[Message]
     tail: list[Message]  # after the cheap pass
+    original_tail: list[Message]
+    middle_tokens: int
     turns: list[Message]  # the middle without an earlier summary
     previous: str | None  # the earlier summary found in the middle (or remembered)
     last_user: Message | None  # the newest user message, which must survive verbatim
@@ -73,6 +75,8 @@ class ContextCompressor(ContextEngine):
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self.token_cache = TokenCache()
+        self.renderer = TurnRenderer(self.token_cache)
+        self.token_cache.warmers.append(self.renderer.warm)
         self.calibration = Calibration()
         self.guard = Guard()
         self.previous_summary: str | None = None
@@ -195,7 +199,8 @@ class ContextCompressor(ContextEngine):
                        count_cap=self.threshold_tokens // 2)
         return None if cut.middle_empty else cut
 
-    def _plan(self, messages: list[Message], *, light: bool = False) -> _Plan | None:
+    def _plan(self, messages: list[Message], *, total: int | None = None,
+              light: bool = False) -> _Plan | None:
         cut = self._cut(messages)
         if cut is None:
             return None
@@ -203,12 +208,16 @@ class ContextCompressor(ContextEngine):
         previous, turns = self._split_previous(middle)
         if not turns:
             return None  # only an earlier summary in the middle: nothing new to fold in
-        tail = messages[cut.tail_start:]
+        head, original_tail = messages[:cut.head_end], messages[cut.tail_start:]
+        tail = original_tail
         if not light:
             latest = cut.last_user - cut.tail_start if cut.last_user >= cut.tail_start else 0
-            tail = lighten_tail(tail, latest)
+            tail = lighten_tail(original_tail, latest)
         last_user = messages[cut.last_user] if cut.last_user >= cut.head_end else None
-        return _Plan(messages[:cut.head_end], middle, tail, turns, previous, last_user)
+        cache = self.token_cache
+        total = cache.total(messages) if total is None else total
+        middle_tokens = total - cache.total(head) - cache.total(original_tail)
+        return _Plan(head, middle, tail, original_tail, middle_tokens, turns, previous, last_user)
 
     def _split_previous(self, middle: list[Message]) -> tuple[str | None, list[Message]]:
         """The earlier summary (it sits at the start of the middle) and the real turns."""
@@ -231,7 +240,7 @@ class ContextCompressor(ContextEngine):
         before = self._raw_total(messages)
         if force:
             self.guard.resume()  # a manual compaction lifts the anti-thrashing pause
-        plan = self._plan(msgs)
+        plan = self._plan(msgs, total=before)
         if plan is None:
             return self._unchanged(msgs, "noop", before, focus_topic)
         now = self._clock()
@@ -291,8 +300,8 @@ class ContextCompressor(ContextEngine):
     async def _run_summary(self, provider: Provider, plan: _Plan,
                            focus: str | None) -> tuple[str, int]:
         window = self._summary_window(provider)
-        budget = self.summary_budget(self.token_cache.total(plan.middle), window)
-        pieces = TurnRenderer(self.token_cache).render(plan.turns)
+        budget = self.summary_budget(plan.middle_tokens, window)
+        pieces = self.renderer.render(plan.turns)
         summarizer = Summarizer(provider, window=window, budget=budget,
                                 usage_sink=self.settings.usage_sink)
         body, chunks = await summarizer.summarize(pieces, plan.previous, focus)
@@ -321,8 +330,11 @@ class ContextCompressor(ContextEngine):
             notices.append(notice_paused())
         if self.compression_count >= WARN_AFTER_COMPACTIONS:
             notices.append(notice_many_compactions(self.compression_count))
+        # Forget what left the live transcript; the input list itself is left untouched.
         kept = {id(m) for m in out}
-        self.token_cache.discard(m for m in msgs if id(m) not in kept)
+        self.token_cache.discard(plan.middle)
+        self.token_cache.discard(m for m in (*plan.head, *plan.original_tail)
+                                 if id(m) not in kept)
         self.last_report = CompressionReport(
             outcome=outcome, messages_before=len(msgs), messages_after=len(out),
             tokens_before=before, tokens_after=after, summary_chunks=chunks,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import re
 from collections.abc import Sequence
@@ -148,22 +150,19 @@ class Summarizer:
         fixed_tokens = estimate_text(self.instructions) + 2 * MESSAGE_OVERHEAD
         return (self.prompt_limit - fixed_tokens) * CHARS_PER_TOKEN - len(wrapper)
 
-    def _next_chunk(self, pieces: Sequence[str], start: int, room: int) -> tuple[str, int]:
-        """Join pieces from `start` while they fit in `room` characters; always take one."""
-        taken: list[str] = []
-        used = 0
-        i = start
-        while i < len(pieces):
-            cost = len(pieces[i]) + (len(_SEPARATOR) if taken else 0)
-            if used + cost > room:
-                break
-            taken.append(pieces[i])
-            used += cost
-            i += 1
-        if not taken:  # one turn larger than the whole room: cut it to fit
-            taken.append(fit_chars(pieces[start], room))
-            i = start + 1
-        return _SEPARATOR.join(taken), i
+    @staticmethod
+    def _next_chunk(pieces: Sequence[str], ends: Sequence[int], start: int,
+                    room: int) -> tuple[str, int]:
+        """Join pieces from `start` while they fit in `room` characters; always take one.
+
+        `ends[i]` is the joined length of pieces[:i + 1] (separators included), so the cut is
+        found by bisection instead of a Python loop over every turn.
+        """
+        offset = ends[start - 1] + len(_SEPARATOR) if start else 0
+        stop = bisect.bisect_right(ends, offset + room, lo=start)
+        if stop == start:  # one turn larger than the whole room: cut it to fit
+            return fit_chars(pieces[start], room), start + 1
+        return _SEPARATOR.join(pieces[start:stop]), stop
 
     async def summarize(self, pieces: Sequence[str], previous: str | None,
                         focus: str | None) -> tuple[str, int]:
@@ -174,6 +173,8 @@ class Summarizer:
         start = 0
         if not pieces:
             raise ValueError("nothing to summarize")
+        ends = list(itertools.accumulate(len(p) + len(_SEPARATOR) for p in pieces))
+        ends = [end - len(_SEPARATOR) for end in ends]
         while start < len(pieces):
             if running is not None:
                 running = trim_to(running, self.budget * CHARS_PER_TOKEN)
@@ -181,7 +182,7 @@ class Summarizer:
             if room < MIN_CHUNK_CHARS:
                 raise SummaryTooSmallWindow(
                     f"the summary model's {self.window}-token window is too small")
-            turns, start = self._next_chunk(pieces, start, room)
+            turns, start = self._next_chunk(pieces, ends, start, room)
             prompt = (update_request(running, turns, focus) if running is not None
                       else first_request(turns, focus))
             reply = await self._call(prompt)

@@ -115,9 +115,10 @@ def key_arguments(raw: Any) -> str:
         return ""
     picked: list[str] = []
     for key, value in args.items():
-        if isinstance(value, bool | int | float) or (
-                isinstance(value, str) and len(value) <= KEY_ARG_CHARS):
-            picked.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
+        if isinstance(value, str) and len(value) <= KEY_ARG_CHARS:
+            picked.append(f'{key}="{value}"')
+        elif isinstance(value, bool | int | float):
+            picked.append(f"{key}={value}")
         if len(picked) == KEY_ARG_LIMIT:
             break
     return ", ".join(picked)
@@ -141,7 +142,11 @@ def _render_body(msg: Message) -> tuple[str, int]:
 
 
 class TurnRenderer:
-    """Renders the compacted span for the summarizer, reusing per-message work."""
+    """Renders the compacted span for the summarizer, reusing per-message work.
+
+    `warm` is registered as a TokenCache warmer, so each message is rendered once when it
+    is stored; a compaction then only adds tool-result headers and joins the pieces.
+    """
 
     def __init__(self, cache: TokenCache) -> None:
         self.cache = cache
@@ -152,22 +157,29 @@ class TurnRenderer:
     def _calls(self, msg: Message) -> list[tuple[str, str, str]]:
         return _call_parts(self.cache.redacted(msg))
 
+    def warm(self, msg: Message) -> None:
+        self.cache.derived(msg, "render", self._body)
+        if msg.get("tool_calls"):
+            self.cache.derived(msg, "calls", self._calls)
+
     def render(self, originals: Sequence[Message]) -> list[str]:
         """One text per message, from the cached redacted form of each original."""
-        derived = self.cache.derived
+        cache = self.cache
+        bodies = cache.derived_many(originals, "render", self._body)
         calls: dict[str, tuple[str, str]] = {}
         pieces: list[str] = []
-        for msg in originals:
-            body, size = derived(msg, "render", self._body)
+        append = pieces.append
+        for msg, (body, size) in zip(originals, bodies, strict=True):
             role = msg.get("role")
-            if role == "assistant" and msg.get("tool_calls"):
-                for call_id, name, key in derived(msg, "calls", self._calls):
-                    calls[call_id] = (name, key)
-            elif role == "tool":
-                name, key = calls.get(str(msg.get("tool_call_id") or ""), ("unknown tool", ""))
+            if role == "tool":
+                name, key = calls.get(str(msg.get("tool_call_id")), ("unknown tool", ""))
                 args = f" ({key})" if key else ""
-                body = f"### tool result: {name}{args}, {size:,} characters in full\n{body}"
-            pieces.append(body)
+                append(f"### tool result: {name}{args}, {size:,} characters in full\n{body}")
+                continue
+            if role == "assistant" and msg.get("tool_calls"):
+                for call_id, name, key in cache.derived(msg, "calls", self._calls):
+                    calls[call_id] = (name, key)
+            append(body)
         return pieces
 
 

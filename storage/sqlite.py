@@ -311,7 +311,14 @@ class SqliteSessionStore(SessionStore):
                 raise StoreError(f"store {self._path}: {exc}") from exc
 
     async def _write(self, work: Work[T]) -> T:
-        """Run `work` in one BEGIN IMMEDIATE transaction, retrying while the file is busy."""
+        """Run `work` in one BEGIN IMMEDIATE transaction, retrying while the file is busy.
+
+        Shielded: a cancelled caller (/stop, shutdown) does not cut the transaction short;
+        it still commits or rolls back as a whole before the next one starts.
+        """
+        return await asyncio.shield(self._write_now(work))
+
+    async def _write_now(self, work: Work[T]) -> T:
         async with self._lock:
             db = self._connection()
             for attempt in range(1, self._lock_retries + 1):

@@ -45,3 +45,22 @@ async def started_gateway(config: Config, adapters: list[PlatformAdapter]) -> Ga
 async def close(gateway: Gateway) -> None:
     await gateway.stop(drain_timeout=5)
     await gateway.shutdown()
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    system = body.get("system") or (messages[0].get("content") if messages and
+                                    messages[0].get("role") == "system" else "")
+    return "handoff checkpoint" in str(system)
+
+
+def summarizing_responder(body: dict[str, Any]) -> str:
+    """Chat turns are echoed; summarizer calls get a well-formed checkpoint."""
+    from tests.harness.base import echo_responder
+
+    if not is_summary_request(body):
+        return echo_responder(body)
+    return ("## Active Task\nKeep chatting.\n## Goal\nA long conversation used in tests, "
+            "kept short by compaction.\n## Completed Actions\n1. Exchanged numbered test "
+            "messages with the user, all answered by echo.\n## Critical Context\nNothing "
+            "secret was discussed; the numbers counted upward.")

@@ -148,6 +148,7 @@ async def test_cache_control_markers_are_kept(
         {"role": "assistant", "content": [{"type": "text", "text": "b",
                                            "cache_control": {"type": "ephemeral", "ttl": "1h"}}]},
         {"role": "user", "content": "c"},
+        {"role": "assistant", "content": None, "cache_control": EPHEMERAL},
     ]
     await provider(fake_anthropic).complete(history)
     body = sent(fake_anthropic)
@@ -155,6 +156,8 @@ async def test_cache_control_markers_are_kept(
     assert body["messages"][0]["content"][-1]["cache_control"] == EPHEMERAL
     assert "cache_control" not in body["messages"][0]
     assert body["messages"][1]["content"][0]["cache_control"]["ttl"] == "1h"
+    assert body["messages"][3]["content"] == [
+        {"type": "text", "text": "(empty)", "cache_control": EPHEMERAL}]
 
 
 async def test_too_many_cache_markers_are_refused_like_the_real_api(

@@ -25,7 +25,8 @@ from tests.harness.fixtures import free_port
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_time", "description": "Current time in a timezone",
-    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}]
+    "parameters": {"type": "object", "properties": {
+        "tz": {"type": "string"}, "_cursor": {"type": "string"}}}}}]
 
 Make = Callable[..., OpenAICompatProvider]
 

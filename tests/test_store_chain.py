@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sqlite3
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -147,42 +144,6 @@ async def test_the_unique_index_is_the_final_guard_against_a_fork(
         await store.record_turn(parent.id, compacted_turn())
 
 
-async def _race(stores: list[SqliteSessionStore], parent_id: str) -> list[Any]:
-    return await asyncio.gather(
-        *(s.record_turn(parent_id, compacted_turn(str(i))) for i, s in enumerate(stores)),
-        return_exceptions=True)
-
-
-async def _assert_one_winner(store: SqliteSessionStore, parent_id: str,
-                             results: list[Any]) -> None:
-    winners = [r for r in results if isinstance(r, SessionRecord)]
-    losers = [r for r in results if isinstance(r, ContinuationConflict)]
-    assert (len(winners), len(losers)) == (1, len(results) - 1), results
-    with raw(store) as db:
-        children = db.execute("SELECT id FROM sessions WHERE parent_session_id = ?",
-                              (parent_id,)).fetchall()
-        answers = db.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?"
-                             " AND content LIKE 'answer %'", (parent_id,)).fetchone()[0]
-    assert children == [(winners[0].id,)] and answers == 1
-    assert await store.get_compression_tip(parent_id) == winners[0].id
-
-
-async def test_racing_compactions_in_one_process_make_exactly_one_continuation(
-        store: SqliteSessionStore) -> None:
-    for _ in range(5):
-        parent = await root(store)
-        await _assert_one_winner(store, parent.id, await _race([store] * 3, parent.id))
-
-
-async def test_racing_compactions_from_two_store_objects_make_exactly_one_continuation(
-        store: SqliteSessionStore) -> None:
-    async with SqliteSessionStore(store.path) as other:
-        for _ in range(5):
-            parent = await root(store)
-            await _assert_one_winner(store, parent.id,
-                                     await _race([store, other, store, other], parent.id))
-
-
 # --- the tip and the chain ---------------------------------------------------------------
 @pytest.mark.parametrize("depth", [0, 1, 25])
 async def test_tip_is_the_last_continuation_from_anywhere_in_the_chain(
@@ -253,62 +214,3 @@ async def test_usage_totals_cover_the_whole_chain_and_nothing_else(
                 totals.cache_write_tokens, totals.reasoning_tokens, totals.calls) == (
             1031, 107, 5, 6, 7, 5)
     assert (await store.usage_totals(other.id)).input_tokens == 555
-
-
-# --- durability --------------------------------------------------------------------------
-WRITER = """
-import asyncio, sys
-from storage.models import Compaction, NewMessage, TurnRecord
-from storage.sqlite import SqliteSessionStore
-
-async def main():
-    async with SqliteSessionStore(sys.argv[1]) as store:
-        live = await store.live_session("telegram:42")
-        if live is None:
-            live = await store.create_root_session("telegram:42", model="m", system_prompt="s")
-        n = 0
-        while True:
-            words = [NewMessage({"role": "user", "content": f"turn {n} " * 50})] * 20
-            turn = TurnRecord(before=tuple(words), compaction=Compaction(
-                messages=(NewMessage({"role": "user", "content": f"summary {n}"}),)))
-            live = await store.record_turn(live.id, turn)
-            n += 1
-            print(n, flush=True)
-
-asyncio.run(main())
-"""
-
-
-async def test_kill_9_mid_compaction_leaves_a_consistent_chain(tmp_path: Path) -> None:
-    path = tmp_path / "killed.db"
-    script = tmp_path / "writer.py"
-    script.write_text(WRITER)
-    repo = Path(__file__).resolve().parents[1]
-    for round_ in range(3):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), str(path), cwd=repo, stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(repo)})
-        assert proc.stdout is not None
-        for _ in range(3 + 2 * round_):  # let a few compactions commit, then kill mid-flight
-            assert await asyncio.wait_for(proc.stdout.readline(), 30)
-        proc.kill()
-        await proc.wait()
-        await _assert_consistent(path)
-
-
-async def _assert_consistent(path: Path) -> None:
-    async with SqliteSessionStore(path) as store:
-        live = await store.live_session(CHAT)
-        assert live is not None
-        chain = await store.chain(live.id)
-        assert chain[0].kind == "root" and chain[-1].id == live.id
-        for parent, child in zip(chain, chain[1:], strict=False):
-            assert parent.end_reason == "compression" and parent.ended_at is not None
-            assert child.parent_session_id == parent.id and child.kind == "compression"
-            assert child.started_at >= parent.ended_at
-            history = await store.load_history(child.id)
-            assert history and history[0].message["content"].startswith("summary")
-        assert [s.live for s in chain].count(True) == 1
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")

@@ -124,8 +124,11 @@ def _convert_one(message: dict[str, Any]) -> tuple[str, list[Block]]:
 
 def _mark(blocks: list[Block], marker: Any) -> list[Block]:
     """Put a message-level cache_control marker on the message's last block (spec §9)."""
-    if marker is not None and blocks:
-        blocks[-1] = {**blocks[-1], "cache_control": marker}
+    if marker is None:
+        return blocks
+    if not blocks:  # empty content still holds its cache breakpoint
+        return [{"type": "text", "text": EMPTY, "cache_control": marker}]
+    blocks[-1] = {**blocks[-1], "cache_control": marker}
     return blocks
 
 
@@ -146,7 +149,9 @@ def _repair_tool_pairs(turns: list[dict[str, Any]]) -> None:
             if block["type"] == "tool_result" and block["tool_use_id"] not in asked:
                 inner = block["content"]
                 text = inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
-                block = {"type": "text", "text": f"[tool result {block['tool_use_id']}] {text}"}
+                block = {"type": "text", "text": f"[tool result {block['tool_use_id']}] {text}",
+                         **({"cache_control": block["cache_control"]}
+                            if "cache_control" in block else {})}
             fixed.append(block)
         answered = {b["tool_use_id"] for b in fixed if b["type"] == "tool_result"}
         missing = [{"type": "tool_result", "tool_use_id": tid, "content": NO_RESULT}

@@ -178,21 +178,25 @@ def _body_window(body: Any) -> int | None:
     return None
 
 
-def length_error(info: ErrorInfo, text: str, **kw: Any) -> ProviderError | None:
-    """Context overflow or output cap, if the error is about length at all."""
+def length_error(info: ErrorInfo, label: str, **kw: Any) -> ProviderError | None:
+    """Context overflow or output cap, if the error is about length at all.
+
+    Patterns run on the full provider message; `label` is the (scrubbed) exception text.
+    """
+    text = info.message
     structured = (info.status == 413 or (info.code or "") in _CONTEXT_CODES
                   or (info.type or "") in _CONTEXT_CODES)
     if _OUTPUT_CAP_TEXT.search(text):
         room = _stated_output_room(text) or _split_output_room(text)
-        return OutputCapError(text, limit=room, **kw)
+        return OutputCapError(label, limit=room, **kw)
     if not (structured or _OVERFLOW_TEXT.search(text)):
         return None
     # A length error that shows the input alone fits is an output cap (spec §8): lowering
     # max_tokens fixes it, and shrinking the window would wrongly trigger compression.
     room = _split_output_room(text)
     if room is not None:
-        return OutputCapError(text, limit=room, **kw)
-    return ContextOverflowError(text, limit=stated_window(text) or _body_window(info.body), **kw)
+        return OutputCapError(label, limit=room, **kw)
+    return ContextOverflowError(label, limit=stated_window(text) or _body_window(info.body), **kw)
 
 
 def classify_status(info: ErrorInfo, *, provider: str, headers: Mapping[str, str] | None = None,
@@ -203,7 +207,7 @@ def classify_status(info: ErrorInfo, *, provider: str, headers: Mapping[str, str
     label = f"{provider}: HTTP {status}: {text}" if status else f"{provider}: {text}"
     kw: dict[str, Any] = {"status": status, "code": info.code or info.type, "provider": provider}
     code, kind = (info.code or "").lower(), (info.type or "").lower()
-    if code in _QUOTA_CODES or kind in _QUOTA_CODES or _QUOTA_TEXT.search(text):
+    if code in _QUOTA_CODES or kind in _QUOTA_CODES or _QUOTA_TEXT.search(info.message):
         return AuthError(label, **kw)
     if status in (401, 402, 403):
         return AuthError(label, **kw)

@@ -21,13 +21,19 @@ from agent.usage import from_openai_chat
 log = logging.getLogger(__name__)
 
 
-def _strip_private(value: Any) -> Any:
-    """Drop our bookkeeping keys ("_..."), which strict servers reject as unknown fields."""
-    if isinstance(value, dict):
-        return {k: _strip_private(v) for k, v in value.items() if not str(k).startswith("_")}
-    if isinstance(value, list):
-        return [_strip_private(v) for v in value]
-    return value
+def _public(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if not str(k).startswith("_")}
+
+
+def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Drop our bookkeeping keys ("_..."), which strict servers reject as unknown fields.
+
+    Only message and content-part keys: tool schemas and arguments are user data.
+    """
+    clean = _public(message)
+    if isinstance(clean.get("content"), list):
+        clean["content"] = [_public(p) if isinstance(p, dict) else p for p in clean["content"]]
+    return clean
 
 
 def _tool_calls(message: Any) -> list[dict[str, Any]]:
@@ -76,10 +82,10 @@ class OpenAICompatProvider(Provider):
     ) -> Completion:
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": [_strip_private(m) for m in messages],
+            "messages": [_wire_message(m) for m in messages],
         }
         if tools:
-            request["tools"] = _strip_private(tools)
+            request["tools"] = tools
         if temperature is not None:
             request["temperature"] = temperature
         limit = max_tokens if max_tokens is not None else self.settings.max_output_tokens

@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import json
 import math
+import signal
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -86,10 +87,15 @@ class FakeServer:
         runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self._port))
-        self._port = sock.getsockname()[1]
-        await web.SockSite(runner, sock).start()
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._port))
+            self._port = sock.getsockname()[1]
+            await web.SockSite(runner, sock).start()
+        except BaseException:
+            sock.close()
+            await runner.cleanup()
+            raise
         self._closing = asyncio.Event()
         self._runner = runner
         return self
@@ -292,10 +298,13 @@ def run_cli(make: Callable[[argparse.Namespace], FakeServer], description: str,
         server = make(args)
         await server.start()
         print(f"{type(server).__name__} listening on {server.url} (Ctrl-C to stop)", flush=True)
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, done.set)
         try:
-            await asyncio.Event().wait()
+            await done.wait()
         finally:
             await server.stop()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+    asyncio.run(serve())

@@ -1,0 +1,33 @@
+"""Running the real `threadline` command in a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+THREADLINE = str(Path(sys.executable).parent / "threadline")
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLINE")}
+    return {**env, "THREADLINE_HOME": str(home), **extra}
+
+
+async def threadline(*args: str, stdin: str = "", home: Path, timeout: float = 120,  # noqa: ASYNC109
+                     env: dict[str, str] | None = None) -> Ran:
+    proc = await asyncio.create_subprocess_exec(
+        THREADLINE, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(home), env=env or cli_env(home))
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
+    assert proc.returncode is not None
+    return Ran(proc.returncode, out.decode(), err.decode())

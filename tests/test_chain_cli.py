@@ -1,0 +1,55 @@
+"""Continuation chains through the real CLI: a long console chat on a small window."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from tests.cli_support import threadline
+from tests.support import summarizing_responder, write_config
+
+SMALL_WINDOW = {"context_length": 2048, "max_output_tokens": 256}
+
+
+def lines(count: int) -> list[str]:
+    filler = "and here is some more detail about this numbered step " * 5
+    return [f"Message {i:02d} with code WORD{i:02d}X: {filler}" for i in range(count)]
+
+
+async def test_sixty_message_console_chat_compacts_into_a_chain(tmp_path, fake_openai):
+    fake_openai.responder = summarizing_responder
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url, **SMALL_WINDOW},
+                              compression={"protect_last_n": 4}))
+    said = lines(30)
+    ran = await threadline("chat", "--config", config, stdin="\n".join(said) + "\n",
+                           home=tmp_path, timeout=120)
+    assert ran.code == 0, ran.err
+    assert len(ran.out.splitlines()) >= 30
+
+    sessions = json.loads((await threadline("sessions", "list", "--json", "--config", config,
+                                            home=tmp_path)).out)
+    by_id = {s["id"]: s for s in sessions}
+    [root] = [s for s in sessions if s["parent_session_id"] is None]
+    continuations = [s for s in sessions if s["parent_session_id"] is not None]
+    assert len(continuations) >= 2, "a 60-message chat on a 2K window compacts several times"
+    for child in continuations:
+        parent = by_id[child["parent_session_id"]]
+        assert child["kind"] == "compression"
+        assert parent["end_reason"] == "compression"
+        assert child["started_at"] >= parent["ended_at"]
+    live = [s for s in sessions if s["end_reason"] is None]
+    assert len(live) == 1
+
+    tip = await threadline("sessions", "tip", root["id"], "--config", config, home=tmp_path)
+    assert tip.out.strip() == live[0]["id"]
+
+    db = sqlite3.connect(tmp_path / "threadline.db")
+    stored = {row[0] for row in db.execute("SELECT content FROM messages WHERE role='user'")}
+    assert set(said) <= stored, "every original user message is still stored"
+    for i in (0, 13, 29):
+        found = await threadline("sessions", "search", f"WORD{i:02d}X", "--config", config,
+                                 home=tmp_path)
+        assert f"WORD{i:02d}X" in found.out
+    summaries = [c for c in fake_openai.calls_to("/chat/completions")
+                 if "handoff checkpoint" in str(c.json["messages"][0]["content"])]
+    assert len(summaries) >= 2

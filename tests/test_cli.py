@@ -1,0 +1,92 @@
+"""The real `threadline` command: piped chats, session inspection, configuration errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_support import threadline
+from tests.support import write_config
+
+TWO_LINES = "hello\nwhat did I just say?\n"
+
+
+async def _two_turn_chat(tmp_path, model: dict) -> tuple[list[str], list[dict]]:
+    config = str(write_config(tmp_path, model=model))
+    ran = await threadline("chat", "--config", config, stdin=TWO_LINES, home=tmp_path)
+    assert ran.code == 0, ran.err
+    listed = await threadline("sessions", "list", "--json", "--config", config, home=tmp_path)
+    [session] = json.loads(listed.out)
+    shown = await threadline("sessions", "show", session["id"], "--json", "--config", config,
+                             home=tmp_path)
+    return ran.out.splitlines(), json.loads(shown.out)
+
+
+async def test_piped_chat_against_openai_compatible_server(tmp_path, fake_openai):
+    lines, stored = await _two_turn_chat(tmp_path, {"base_url": fake_openai.base_url})
+    assert lines == ["echo: hello", "echo: what did I just say?"]
+    second = fake_openai.calls_to("/chat/completions")[1].json["messages"]
+    assert [m["content"] for m in second if m["role"] != "system"] == [
+        "hello", "echo: hello", "what did I just say?"]
+    convo = [(m["role"], m["content"]) for m in stored if m["role"] != "system"]
+    assert convo == [("user", "hello"), ("assistant", "echo: hello"),
+                     ("user", "what did I just say?"),
+                     ("assistant", "echo: what did I just say?")]
+
+
+async def test_piped_chat_against_anthropic_endpoint(tmp_path, fake_anthropic):
+    model = {"provider": "anthropic", "name": "claude-test", "base_url": fake_anthropic.url}
+    lines, stored = await _two_turn_chat(tmp_path, model)
+    assert lines == ["echo: hello", "echo: what did I just say?"]
+    second = fake_anthropic.calls_to("/v1/messages")[1].json
+    assert "Threadline" in str(second["system"])
+    texts = [m["content"] if isinstance(m["content"], str) else m["content"][0]["text"]
+             for m in second["messages"]]
+    assert texts == ["hello", "echo: hello", "what did I just say?"]
+    assert [m["role"] for m in stored] == ["system", "user", "assistant", "user", "assistant"]
+
+
+async def test_sessions_tip_and_search_from_the_shell(tmp_path, fake_openai):
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url}))
+    await threadline("chat", "--config", config, stdin="the code is PELICAN-7731\n",
+                     home=tmp_path)
+    listed = json.loads((await threadline("sessions", "list", "--json", "--config", config,
+                                          home=tmp_path)).out)
+    root = listed[0]["id"]
+    tip = await threadline("sessions", "tip", root, "--config", config, home=tmp_path)
+    assert tip.out.strip() == root
+    found = await threadline("sessions", "search", "PELICAN-7731", "--config", config,
+                             home=tmp_path)
+    assert root in found.out and found.code == 0
+
+
+BAD_CONFIGS = {
+    "bad_yaml": ("model: {provider: openai\n", "invalid YAML"),
+    "unknown_key": ("modle: {}\n", "modle"),
+    "wrong_type": ("model: {context_length: big}\n", "model.context_length"),
+    "unset_variable": ("model: {provider: openai, api_key: '${TL_TEST_UNSET_KEY}'}\n",
+                       "TL_TEST_UNSET_KEY"),
+    "unknown_provider": ("model: {provider: gemini}\n", "model.provider"),
+    "unwritable_storage": ("storage: {path: /proc/threadline/t.db}\n", "storage.path"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+async def test_bad_configuration_exits_78_with_one_line(tmp_path, case):
+    text, names = BAD_CONFIGS[case]
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    ran = await threadline("run", "--config", str(path), home=tmp_path, timeout=60)
+    assert ran.code == 78, ran
+    assert ran.out == ""
+    assert len(ran.err.strip().splitlines()) == 1, ran.err
+    assert "Traceback" not in ran.err
+    assert names in ran.err
+
+
+async def test_run_with_no_platform_is_a_configuration_error(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("platforms: {console: {enabled: false}}\n")
+    ran = await threadline("run", "--config", str(path), home=tmp_path, timeout=60)
+    assert ran.code == 78 and len(ran.err.strip().splitlines()) == 1
