@@ -9,6 +9,7 @@ from typing import Any
 from agent.context_engine import ContextEngine
 from agent.errors import AgentError, ContextOverflowError, OutputCapError
 from agent.providers.base import Completion, Provider
+from agent.tokens import Transcript
 from agent.usage import CanonicalUsage
 
 log = logging.getLogger(__name__)
@@ -81,20 +82,20 @@ class Agent:
         self.max_output_tokens = max_output_tokens
         self.limits = limits or ModelLimits()
         self.compression_enabled = compression_enabled
-        self.messages: list[dict[str, Any]] = []
+        self.messages: Transcript = engine.new_transcript()
         self._usage: list[UsageEntry] = []
-        self._compacted_during_recovery = False
         remembered = self.limits.windows.get(provider.model)
         if remembered and remembered < engine.context_length:
             engine.update_model(provider.model, remembered)
 
     # --- transcript -------------------------------------------------------------------
     def load(self, messages: list[dict[str, Any]], state: dict[str, Any] | None = None) -> None:
-        self.messages = list(messages)
+        self.messages.replace(messages)
         if state:
             self.engine.restore_state(state)
 
     def append(self, messages: list[dict[str, Any]]) -> None:
+        """Add messages to the live transcript (each is estimated and redacted once, here)."""
         self.messages.extend(messages)
 
     def record_usage(self, model: str, purpose: str, usage: CanonicalUsage) -> None:
@@ -112,14 +113,13 @@ class Agent:
     # --- a model turn -------------------------------------------------------------------
     async def run_turn(self) -> TurnResult:
         """Answer the transcript as it stands (the user messages are already appended)."""
-        snapshot, state = list(self.messages), self.engine.export_state()
+        snapshot, state = self.messages.as_list(), self.engine.export_state()
         try:
             return await self._run_turn()
-        except TurnFailed as failed:
-            self.messages, _ = snapshot, self.engine.restore_state(state)
-            raise TurnFailed(failed.user_message, usage=self._drain_usage()) from failed
         except AgentError as exc:
-            self.messages, _ = snapshot, self.engine.restore_state(state)
+            # A failed turn changes nothing: the next turn starts from the same transcript.
+            self.messages.replace(snapshot)
+            self.engine.restore_state(state)
             raise TurnFailed(exc.user_message, cause=exc, usage=self._drain_usage()) from exc
 
     async def _run_turn(self) -> TurnResult:
@@ -127,12 +127,14 @@ class Agent:
         compacted = False
         if self.compression_enabled and self.engine.should_compress_preflight(self.messages):
             compacted = await self._compress(notices)
-        completion = await self._complete_with_recovery(notices, compacted)
-        compacted = compacted or self._compacted_during_recovery
+        completion, recovered = await self._complete_with_recovery(notices)
+        compacted = compacted or recovered
+        prompt_tokens = completion.usage.prompt_tokens
+        # Calibrate on the request as sent, before the reply joins the transcript.
+        self.engine.calibrate(self.engine.raw_request_estimate(self.messages), prompt_tokens)
+        self.engine.update_from_response(completion.usage)
         reply_message = completion.message
         self.messages.append(reply_message)
-        prompt_tokens = completion.usage.prompt_tokens
-        self.engine.update_from_response(completion.usage)
         post_turn = False
         if (self.compression_enabled and not compacted
                 and self.engine.should_compress(prompt_tokens)):
@@ -149,23 +151,24 @@ class Agent:
 
     async def _compress(self, notices: list[str], *, current_tokens: int | None = None,
                         focus_topic: str | None = None, force: bool = False) -> bool:
-        before = self.messages
-        after = await self.engine.compress(before, current_tokens=current_tokens,
+        after = await self.engine.compress(self.messages, current_tokens=current_tokens,
                                            focus_topic=focus_topic, force=force)
         notices.extend(self._notices())
         report = self.engine.last_report
-        changed = report.changed if report else after != before
+        changed = report.changed if report else list(after) != self.messages.as_list()
         if changed:
-            self.messages = after
+            self.messages.replace(after)
         return changed
 
-    async def _complete_with_recovery(self, notices: list[str], compacted: bool) -> Completion:
-        self._compacted_during_recovery = False
+    async def _complete_with_recovery(self, notices: list[str]) -> tuple[Completion, bool]:
+        """Call the model; on overflow compact and retry (≤ 3), on an output cap shrink it."""
+        compacted = False
         max_tokens = self.max_output_tokens
         overflow_attempts = cap_attempts = 0
         while True:
             try:
-                completion = await self.provider.complete(self.messages, max_tokens=max_tokens)
+                completion = await self.provider.complete(self.messages.as_list(),
+                                                          max_tokens=max_tokens)
             except ContextOverflowError as exc:
                 overflow_attempts += 1
                 if overflow_attempts > MAX_OVERFLOW_ATTEMPTS:
@@ -173,7 +176,7 @@ class Agent:
                 self._learn_window(exc.limit)
                 if not await self._compress(notices, force=True):
                     raise TurnFailed(OVERFLOW_ADVICE, cause=exc) from exc
-                self._compacted_during_recovery = True
+                compacted = True
                 continue
             except OutputCapError as exc:
                 cap_attempts += 1
@@ -186,7 +189,7 @@ class Agent:
                 continue
             self._usage.append(UsageEntry(completion.model or self.provider.model, "chat",
                                           completion.usage))
-            return completion
+            return completion, compacted
 
     def _learn_window(self, limit: int | None) -> None:
         if limit and limit < self.engine.context_length:

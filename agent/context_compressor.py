@@ -8,14 +8,16 @@ fits, a deterministic extract stands in for the model's summary.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.compress_assembly import assemble, sanitize_pairs, validation_error
 from agent.compress_boundaries import Cut, find_cut, head_size, lighten_tail
+from agent.compress_budget import Budgets
 from agent.compress_guard import Guard
 from agent.context_engine import CompressionReport, ContextEngine, EngineSettings, EngineStatus
 from agent.errors import AuthError, ModelNotFoundError, ProviderError, ProviderUnavailableError
@@ -38,15 +40,11 @@ from agent.usage import CanonicalUsage
 
 log = logging.getLogger(__name__)
 
-MIN_THRESHOLD_TOKENS = 64_000
-SMALL_WINDOW_THRESHOLD = 0.85
-SUMMARY_SHARE = 0.20
-SUMMARY_FLOOR = 2_000
-SUMMARY_WINDOW_SHARE = 0.05
-SUMMARY_CAP = 12_000
 SMALL_TRANSCRIPT_EXTRA = 4  # "too small": at most protect_first_n + 4 messages
+SUMMARY_SCAN = 6  # an earlier summary sits within this many messages after the head
 WARN_AFTER_COMPACTIONS = 2
 STATE_VERSION = 1
+COLD_OFFLOAD = 200  # at least this many unrendered turns are rendered in a worker thread
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,6 @@ class _Plan:
     head: list[Message]
     middle: list[Message]
     tail: list[Message]  # after the cheap pass
-    original_tail: list[Message]
     middle_tokens: int
     turns: list[Message]  # the middle without an earlier summary
     previous: str | None  # the earlier summary found in the middle (or remembered)
@@ -97,18 +94,20 @@ class ContextCompressor(ContextEngine):
 
     # --- thresholds (§2) ----------------------------------------------------------------
     @property
+    def budgets(self) -> Budgets:
+        return Budgets(self.context_length, self.max_output_tokens, self.threshold_percent,
+                       self.target_ratio)
+
+    @property
     def effective_window(self) -> int:
         """The context window minus the room reserved for the reply."""
-        return max(self.context_length - self.max_output_tokens, 1)
+        return self.budgets.effective_window
 
     def _set_window(self, context_length: int) -> None:
         self.context_length = max(int(context_length), 1)
-        window = self.effective_window
-        threshold = max(self.threshold_percent * window, MIN_THRESHOLD_TOKENS)
-        if threshold >= window:
-            threshold = SMALL_WINDOW_THRESHOLD * window
-        self.threshold_tokens = int(threshold)
-        self.tail_token_budget = int(self.threshold_tokens * self.target_ratio)
+        budgets = self.budgets
+        self.threshold_tokens = budgets.threshold_tokens
+        self.tail_token_budget = budgets.tail_token_budget
 
     def update_model(self, model: str, context_length: int, **kwargs: Any) -> None:
         self.model = model
@@ -119,15 +118,17 @@ class ContextCompressor(ContextEngine):
         self._set_window(context_length)
 
     def summary_budget(self, tokens_summarized: int, summary_window: int) -> int:
-        """clamp(20% of the span, 2,000, min(5% of the window, 12,000)), ≤ ¼ summary window."""
-        upper = min(SUMMARY_WINDOW_SHARE * self.context_length, SUMMARY_CAP)
-        budget = min(max(SUMMARY_SHARE * tokens_summarized, SUMMARY_FLOOR), upper)
-        return max(1, int(min(budget, summary_window // 4)))
+        return self.budgets.summary_budget(tokens_summarized, summary_window)
 
     def _summary_window(self, provider: Provider) -> int:
-        if provider is self.settings.main_provider and provider is not self.settings.summary_provider:
-            return min(self.context_length, provider.context_length)
-        return self.summary_context_length or provider.context_length
+        """The summary model's window: configured, else its own; the main model's may have
+        been lowered by a provider error, which the engine's context_length remembers."""
+        configured = self.settings.summary_provider or self.settings.main_provider
+        window = (self.summary_context_length if provider is configured else None) \
+            or provider.context_length
+        if provider is self.settings.main_provider:
+            window = min(window, self.context_length)
+        return window
 
     # --- accounting (§3) ------------------------------------------------------------------
     def update_from_response(self, usage: CanonicalUsage) -> None:
@@ -150,7 +151,11 @@ class ContextCompressor(ContextEngine):
 
     def raw_request_estimate(self, messages: Sequence[Message],
                              tools: list[dict[str, Any]] | None = None) -> int:
-        """Uncalibrated request estimate: what `calibrate` compares against prompt_tokens."""
+        """Uncalibrated request estimate: what `calibrate` compares against prompt_tokens.
+
+        O(1) on a Transcript (its own system prompt and tools count; `tools` is ignored);
+        a plain list sums the cached per-message counts.
+        """
         if isinstance(messages, Transcript):
             return messages.raw_estimate()
         return self.token_cache.total(messages) + self.token_cache.tools_tokens(tools)
@@ -185,7 +190,7 @@ class ContextCompressor(ContextEngine):
     # --- the cut (§5.1–5.3) -----------------------------------------------------------------
     def _compacted(self, messages: Sequence[Message]) -> bool:
         return self.compression_count > 0 or any(
-            split_summary(m)[0] is not None for m in messages[:3])
+            split_summary(m)[0] is not None for m in messages[:SUMMARY_SCAN])
 
     def _cut(self, messages: list[Message]) -> Cut | None:
         compacted = self._compacted(messages)
@@ -204,33 +209,45 @@ class ContextCompressor(ContextEngine):
         cut = self._cut(messages)
         if cut is None:
             return None
+        head = messages[:cut.head_end]
         middle = messages[cut.head_end:cut.tail_start]
-        previous, turns = self._split_previous(middle)
+        original_tail = messages[cut.tail_start:]
+        previous, turns, tail = self._fold_previous(messages, cut, middle, original_tail)
         if not turns:
             return None  # only an earlier summary in the middle: nothing new to fold in
-        head, original_tail = messages[:cut.head_end], messages[cut.tail_start:]
-        tail = original_tail
         if not light:
             latest = cut.last_user - cut.tail_start if cut.last_user >= cut.tail_start else 0
-            tail = lighten_tail(original_tail, latest)
+            tail = lighten_tail(tail, latest - (len(original_tail) - len(tail)))
         last_user = messages[cut.last_user] if cut.last_user >= cut.head_end else None
         cache = self.token_cache
         total = cache.total(messages) if total is None else total
         middle_tokens = total - cache.total(head) - cache.total(original_tail)
-        return _Plan(head, middle, tail, original_tail, middle_tokens, turns, previous, last_user)
+        return _Plan(head, middle, tail, middle_tokens, turns, previous, last_user)
 
-    def _split_previous(self, middle: list[Message]) -> tuple[str | None, list[Message]]:
-        """The earlier summary (it sits at the start of the middle) and the real turns."""
-        for i, msg in enumerate(middle[:4]):
-            summary, rest = split_summary(msg)
+    def _fold_previous(self, messages: list[Message], cut: Cut, middle: list[Message],
+                       tail: list[Message]) -> tuple[str | None, list[Message], list[Message]]:
+        """Take the earlier summary out of the transcript; it becomes the summarizer's base.
+
+        It sits right after the head, in the middle or (when the tail reaches back that far)
+        in the tail. A summary merged into a real turn leaves that turn's own content behind.
+        """
+        remembered = self.previous_summary if self.compression_count > 0 else None
+        for i in range(cut.head_end, min(cut.head_end + SUMMARY_SCAN, len(messages))):
+            summary, rest = split_summary(messages[i])
             if summary is None:
                 continue
-            turns = middle[:i] + middle[i + 1:]
-            if rest:  # merged into a real turn: that turn's own text is a new turn
-                turns.insert(i, {**msg, "content": rest})
-            return summary.replace(SYSTEM_NOTE, "").strip(), turns
-        remembered = self.previous_summary if self.compression_count > 0 else None
-        return remembered, middle
+            previous = summary.replace(SYSTEM_NOTE, "").strip()
+            msg = messages[i]
+            empty = rest in (None, "", [])
+            # What the turn itself said (and any tool calls it made) stays a turn.
+            own = [] if empty and not msg.get("tool_calls") else [
+                {**msg, "content": None if empty else rest}]
+            if i < cut.tail_start:
+                at = i - cut.head_end
+                return previous, [*middle[:at], *own, *middle[at + 1:]], tail
+            at = i - cut.tail_start
+            return previous, middle, [*tail[:at], *own, *tail[at + 1:]]
+        return remembered, middle, tail
 
     # --- compaction (§5–7) ------------------------------------------------------------------
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
@@ -301,7 +318,14 @@ class ContextCompressor(ContextEngine):
                            focus: str | None) -> tuple[str, int]:
         window = self._summary_window(provider)
         budget = self.summary_budget(plan.middle_tokens, window)
-        pieces = self.renderer.render(plan.turns)
+        turns = plan.turns
+        if len(turns) >= COLD_OFFLOAD and not (self.token_cache.is_warm(turns[0], "piece")
+                                                and self.token_cache.is_warm(turns[-1], "piece")):
+            # Messages not seen at ingest (a plain list loaded from storage): redacting and
+            # rendering them all is real CPU work, so keep it off the event loop.
+            pieces = await asyncio.to_thread(self.renderer.render, turns)
+        else:
+            pieces = self.renderer.render(turns)
         summarizer = Summarizer(provider, window=window, budget=budget,
                                 usage_sink=self.settings.usage_sink)
         body, chunks = await summarizer.summarize(pieces, plan.previous, focus)
@@ -326,15 +350,15 @@ class ContextCompressor(ContextEngine):
         after = self.token_cache.total(out)
         self.compression_count += 1
         self.previous_summary = summary
+        # The last reported prompt size described the transcript before this compaction;
+        # from now on the best figure is our calibrated estimate of what remains.
+        self.last_prompt_tokens = self.calibration.apply(after)
         if self.guard.record_saving(before, after):
             notices.append(notice_paused())
         if self.compression_count >= WARN_AFTER_COMPACTIONS:
             notices.append(notice_many_compactions(self.compression_count))
-        # Forget what left the live transcript; the input list itself is left untouched.
-        kept = {id(m) for m in out}
-        self.token_cache.discard(plan.middle)
-        self.token_cache.discard(m for m in (*plan.head, *plan.original_tail)
-                                 if id(m) not in kept)
+        # The output is the live transcript now: forget the rest (it is recounted if reused).
+        self.token_cache.retain(out)
         self.last_report = CompressionReport(
             outcome=outcome, messages_before=len(msgs), messages_after=len(out),
             tokens_before=before, tokens_after=after, summary_chunks=chunks,
@@ -351,13 +375,8 @@ class ContextCompressor(ContextEngine):
 
     # --- status and persisted state -------------------------------------------------------
     def get_status(self) -> EngineStatus:
-        base = super().get_status()
-        return EngineStatus(
-            last_prompt_tokens=base.last_prompt_tokens, threshold_tokens=base.threshold_tokens,
-            context_length=base.context_length, usage_percent=base.usage_percent,
-            compression_count=base.compression_count,
-            auto_compression_paused=self.guard.paused,
-            cooldown_until=self.guard.cooldown_until or None)
+        return replace(super().get_status(), auto_compression_paused=self.guard.paused,
+                       cooldown_until=self.guard.cooldown_until or None)
 
     def on_session_reset(self) -> None:
         super().on_session_reset()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent.tokens import TokenCache, Transcript, estimate_message, estimate_tools
 from agent.usage import CanonicalUsage
 
 if TYPE_CHECKING:
@@ -97,6 +98,19 @@ class ContextEngine(ABC):
                        focus_topic: str | None = None, *, force: bool = False
                        ) -> list[dict[str, Any]]:
         """Return a new, valid message list; never mutate the input. Sets `last_report`."""
+
+    def new_transcript(self, messages: Sequence[dict[str, Any]] = (), *,
+                       system_prompt: str | None = None,
+                       tools: list[dict[str, Any]] | None = None) -> Transcript:
+        """The live message list the host keeps, with running token totals."""
+        return Transcript(TokenCache(), messages, system_prompt=system_prompt, tools=tools)
+
+    def raw_request_estimate(self, messages: Sequence[dict[str, Any]],
+                             tools: list[dict[str, Any]] | None = None) -> int:
+        """Our uncalibrated estimate of a request: O(1) on a Transcript."""
+        if isinstance(messages, Transcript):
+            return messages.raw_estimate()
+        return sum(estimate_message(m) for m in messages) + estimate_tools(tools)
 
     def calibrate(self, estimated_tokens: int, prompt_tokens: int) -> None:  # noqa: B027
         """Compare our raw estimate of a request with the provider's prompt_tokens for it."""

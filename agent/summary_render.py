@@ -141,45 +141,54 @@ def _render_body(msg: Message) -> tuple[str, int]:
     return "\n".join(lines), len(text)
 
 
+Calls = dict[str, tuple[str, str]]  # call id -> (tool name, key arguments)
+
+
 class TurnRenderer:
-    """Renders the compacted span for the summarizer, reusing per-message work.
+    """Renders the compacted span for the summarizer, one cached piece per message.
 
     `warm` is registered as a TokenCache warmer, so each message is rendered once when it
-    is stored; a compaction then only adds tool-result headers and joins the pieces.
+    is stored (a tool result right after the call that produced it, which names the tool in
+    its header); a compaction then mostly collects finished pieces.
     """
 
     def __init__(self, cache: TokenCache) -> None:
         self.cache = cache
-
-    def _body(self, msg: Message) -> tuple[str, int]:
-        return _render_body(self.cache.redacted(msg))
+        self._recent_calls: Calls = {}  # the calls of the last assistant message warmed
 
     def _calls(self, msg: Message) -> list[tuple[str, str, str]]:
         return _call_parts(self.cache.redacted(msg))
 
+    def _piece(self, msg: Message, calls: Calls) -> str:
+        body, size = _render_body(self.cache.redacted(msg))
+        if msg.get("role") != "tool":
+            return body
+        name, key = calls.get(str(msg.get("tool_call_id")), ("unknown tool", ""))
+        args = f" ({key})" if key else ""
+        return f"### tool result: {name}{args}, {size:,} characters in full\n{body}"
+
     def warm(self, msg: Message) -> None:
-        self.cache.derived(msg, "render", self._body)
-        if msg.get("tool_calls"):
-            self.cache.derived(msg, "calls", self._calls)
+        role = msg.get("role")
+        if role == "assistant" and msg.get("tool_calls"):
+            parts = self.cache.derived(msg, "calls", self._calls)
+            self._recent_calls = {call_id: (name, key) for call_id, name, key in parts}
+        elif role == "tool" and str(msg.get("tool_call_id")) not in self._recent_calls:
+            return  # its call was not stored just before: render it at compaction time
+        calls = self._recent_calls
+        self.cache.derived(msg, "piece", lambda m: self._piece(m, calls))
 
     def render(self, originals: Sequence[Message]) -> list[str]:
-        """One text per message, from the cached redacted form of each original."""
-        cache = self.cache
-        bodies = cache.derived_many(originals, "render", self._body)
-        calls: dict[str, tuple[str, str]] = {}
-        pieces: list[str] = []
-        append = pieces.append
-        for msg, (body, size) in zip(originals, bodies, strict=True):
-            role = msg.get("role")
-            if role == "tool":
-                name, key = calls.get(str(msg.get("tool_call_id")), ("unknown tool", ""))
-                args = f" ({key})" if key else ""
-                append(f"### tool result: {name}{args}, {size:,} characters in full\n{body}")
-                continue
-            if role == "assistant" and msg.get("tool_calls"):
-                for call_id, name, key in cache.derived(msg, "calls", self._calls):
+        """One text per message; pieces missing from the cache are made (and kept) now."""
+        pieces = self.cache.values(originals, "piece")
+        if None not in pieces:
+            return pieces
+        calls: Calls = {}
+        for i, msg in enumerate(originals):
+            if msg.get("role") == "assistant" and msg.get("tool_calls"):
+                for call_id, name, key in self.cache.derived(msg, "calls", self._calls):
                     calls[call_id] = (name, key)
-            append(body)
+            if pieces[i] is None:
+                pieces[i] = self.cache.derived(msg, "piece", lambda m: self._piece(m, calls))
         return pieces
 
 

@@ -144,19 +144,20 @@ class TokenCache:
         value = entry.derived[key] = compute(msg)
         return value
 
-    def derived_many(self, msgs: Iterable[Message], key: str,
-                     compute: Callable[[Message], Any]) -> list[Any]:
-        """`derived` over many messages in one tight loop (the compaction hot path)."""
+    def is_warm(self, msg: Message, key: str) -> bool:
+        """Whether `derived(msg, key, ...)` would be a cache hit."""
+        entry = self._entries.get(id(msg))
+        return entry is not None and entry.derived is not None and key in entry.derived
+
+    def values(self, msgs: Iterable[Message], key: str) -> list[Any]:
+        """The cached `key` value of each message, None where it was never computed."""
         entries = self._entries
         out: list[Any] = []
         append = out.append
         for msg in msgs:
             entry = entries.get(id(msg))
             found = entry.derived if entry is not None else None
-            if found is not None and key in found:
-                append(found[key])
-            else:
-                append(self.derived(msg, key, compute))
+            append(found.get(key) if found is not None else None)
         return out
 
     def ingest(self, msg: Message, *, redact: bool = True) -> int:
@@ -185,6 +186,16 @@ class TokenCache:
             entry = self._entries.get(id(msg))
             if entry is not None and entry.msg is msg:
                 del self._entries[id(msg)]
+
+    def retain(self, msgs: Iterable[Message]) -> None:
+        """Keep only these messages' entries: a compaction's output is the live transcript."""
+        entries = self._entries
+        kept: dict[int, _Entry] = {}
+        for msg in msgs:
+            entry = entries.get(id(msg))
+            if entry is not None and entry.msg is msg:
+                kept[id(msg)] = entry
+        self._entries = kept
 
     def clear(self) -> None:
         self._entries.clear()

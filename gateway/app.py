@@ -186,6 +186,7 @@ class Gateway:
             raise
         except Exception:
             log.exception("turn failed in %s", chat_key)
+            self.conversations.forget(chat_key)  # rebuild from the store, not a half-turn
             await self.store.finish_inbound([r.id for r in records], "failed")
             outgoing = [Outgoing(GENERIC_FAILURE, records[-1].message_id)]
         finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agent.agent import Agent
-from agent.tokens import estimate_message
 
 HYGIENE_RATIO = 0.85  # of the model's window; fixed by design (context spec §2)
 MIN_MESSAGES = 4
@@ -14,7 +13,7 @@ def hygiene_tokens(agent: Agent) -> int:
     reported = agent.engine.last_prompt_tokens
     if reported:
         return reported
-    return sum(estimate_message(m) for m in agent.messages)
+    return agent.engine.raw_request_estimate(agent.messages)
 
 
 def needs_hygiene(agent: Agent, *, compression_enabled: bool) -> bool:

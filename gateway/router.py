@@ -77,20 +77,20 @@ class ChatRouter:
             return True
         return False
 
-    async def drain(self, timeout: float) -> None:
-        """Stop taking jobs and let queued and running work finish, within `timeout`."""
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking jobs and let queued and running work finish, within `grace_s`."""
         self._accepting = False
         workers = [c.worker for c in self._chats.values() if c.worker and not c.worker.done()]
         if not workers:
             return
-        done, pending = await asyncio.wait(workers, timeout=timeout)
+        done, pending = await asyncio.wait(workers, timeout=grace_s)
         for task in pending:
             task.cancel()
         for task in pending:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if pending:
-            log.warning("shutdown: %d chat(s) did not finish within %.0fs", len(pending), timeout)
+            log.warning("shutdown: %d chat(s) did not finish within %.0fs", len(pending), grace_s)
 
     async def _work(self, chat_key: str, chat: _ChatQueue) -> None:
         try:

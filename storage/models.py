@@ -109,6 +109,11 @@ class Compaction:
 
     messages: tuple[NewMessage, ...]
     engine_state: dict[str, Any] = field(default_factory=dict)
+    # How many of the parent's stored messages (before this turn's `before`, which is always
+    # covered) the transcript was made from. When set, messages the parent gained since
+    # (another process's turn) are carried into the continuation after the compacted ones,
+    # so a compaction computed from a stale history never drops a turn. None: no carry-over.
+    covers: int | None = None
 
 
 @dataclass(frozen=True)

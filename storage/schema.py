@@ -22,8 +22,8 @@ _FTS_DELETE_OLD = (
     "INSERT INTO messages_fts(messages_fts, rowid, body) "
     f"VALUES ('delete', old.id, {_TEXT_OF.format(r='old')});"
 )
-_FTS_INSERT_NEW = "INSERT INTO messages_fts(rowid, body) VALUES (new.id, {});".format(
-    _TEXT_OF.format(r="new")
+_FTS_INSERT_NEW = (
+    f"INSERT INTO messages_fts(rowid, body) VALUES (new.id, {_TEXT_OF.format(r='new')});"
 )
 
 _V1_CORE = (

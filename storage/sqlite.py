@@ -76,9 +76,15 @@ class SqliteSessionStore(SessionStore):
             try:
                 Path(self._path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
+                reason = (f"{exc.filename} is not a directory"
+                          if isinstance(exc, FileExistsError) else exc.strerror or str(exc))
                 raise StoreError(f"cannot create the directory for database {self._path}: "
-                                 f"{exc.strerror or exc}") from exc
+                                 f"{reason}") from exc
         try:
+            # A path that cannot be opened fails here, in a plain thread: aiosqlite's own
+            # worker thread, when its connect fails, outlives the call and may report to a
+            # closed event loop, printing a traceback after the one-line error.
+            await asyncio.to_thread(_open_and_close, self._path)
             db = await aiosqlite.connect(self._path, isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self._path}: {exc}") from exc
@@ -201,10 +207,11 @@ class SqliteSessionStore(SessionStore):
                 await ops.require_open(db, session_id, continuing=turn.compaction is not None)
             else:  # only the ledger, usage or engine state: fine on an ended session too
                 await ops.end_reason_of(db, session_id)
-            await ops.append(db, session_id, turn.before, now)
+            before = await ops.append(db, session_id, turn.before, now)
             live_id = session_id
             if turn.compaction is not None:
-                live_id = await ops.continue_session(db, session_id, turn.compaction, now)
+                live_id = await ops.continue_session(db, session_id, turn.compaction, now,
+                                                     len(before))
             await ops.append(db, live_id, turn.after, now)
             await ops.mark_inbound(db, turn.answered, turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
@@ -352,6 +359,10 @@ async def _transaction(db: Db, work: Work[T]) -> T:
             except sqlite3.Error:
                 log.exception("rollback failed")
         raise
+
+
+def _open_and_close(path: str) -> None:
+    sqlite3.connect(path).close()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -61,13 +61,14 @@ SESSION_COLUMNS = """s.id, s.chat_key, s.parent_session_id, s.kind, s.end_reason
     (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = s.id),
     (SELECT COALESCE(SUM(u.input), 0) FROM usage AS u WHERE u.session_id = s.id),
     (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = s.id)"""
-MESSAGE_COLUMNS = """id, session_id, seq, role, content, content_format, tool_calls, tool_call_id,
-    tool_name, extra, tokens, created_at, platform_message_id, answered, sender_id, sender_name"""
-_MESSAGE_INSERT = """INSERT INTO messages (session_id, seq, role, content, content_format,
-    tool_calls, tool_call_id, tool_name, extra, tokens, created_at, platform_message_id,
-    answered, sender_id, sender_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 INBOUND_COLUMNS = """id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,
     received_at, status, message_row_id, extra"""
+# Everything of a messages row but its id, session and position.
+_MESSAGE_FIELDS = """role, content, content_format, tool_calls, tool_call_id, tool_name, extra, tokens,
+    created_at, platform_message_id, answered, sender_id, sender_name"""
+MESSAGE_COLUMNS = f"id, session_id, seq, {_MESSAGE_FIELDS}"
+_MESSAGE_INSERT = (f"INSERT INTO messages (session_id, seq, {_MESSAGE_FIELDS})"
+                   f" VALUES ({', '.join('?' * 15)})")
 _IN_IDS = "IN (SELECT value FROM json_each(?))"  # a list of ids bound as one JSON parameter
 
 
@@ -238,11 +239,12 @@ async def append(db: aiosqlite.Connection, session_id: str, messages: Sequence[N
 
 
 async def continue_session(db: aiosqlite.Connection, parent_id: str, compaction: Compaction,
-                           now: float) -> str:
+                           now: float, turn_messages: int = 0) -> str:
     """End live `parent_id` by compression and create its continuation; returns the child id.
 
     The child copies chat key, model, system prompt and title, and counts one more
-    compression; the chat moves to it.
+    compression; the chat moves to it. `turn_messages` is how many of the parent's last
+    messages this turn's `before` appended (see Compaction.covers).
     """
     child_id = new_session_id(now)
     await db.execute("UPDATE sessions SET end_reason = 'compression', ended_at = ? WHERE id = ?",
@@ -259,10 +261,29 @@ async def continue_session(db: aiosqlite.Connection, parent_id: str, compaction:
             raise ContinuationConflict(f"session {parent_id} was already continued") from exc
         raise
     await append(db, child_id, compaction.messages, now)
+    if compaction.covers is not None:
+        await _carry_over(db, parent_id, child_id, compaction, turn_messages)
     await db.execute("UPDATE chats SET session_id = ?, updated_at = ? WHERE session_id = ?"
                      " AND chat_key = (SELECT chat_key FROM sessions WHERE id = ?)",
                      (child_id, now, parent_id, parent_id))
     return child_id
+
+
+async def _carry_over(db: aiosqlite.Connection, parent_id: str, child_id: str,
+                      compaction: Compaction, turn_messages: int) -> None:
+    """Copy the parent's messages the compaction did not see to the end of the child."""
+    covers = compaction.covers or 0
+    row = await fetch_one(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?", (parent_id,))
+    unseen = row[0] - turn_messages - covers
+    if unseen < 0:
+        raise StoreError(f"compaction covers {covers} messages but session {parent_id} has "
+                         f"{row[0] - turn_messages}")
+    if unseen:
+        await db.execute(
+            f"INSERT INTO messages (session_id, seq, {_MESSAGE_FIELDS})"
+            f" SELECT ?, ? + ROW_NUMBER() OVER (ORDER BY seq) - 1, {_MESSAGE_FIELDS} FROM"
+            " (SELECT * FROM messages WHERE session_id = ? ORDER BY seq LIMIT ? OFFSET ?)",
+            (child_id, len(compaction.messages), parent_id, unseen, covers))
 
 
 async def mark_inbound(db: aiosqlite.Connection, answered: Sequence[int],

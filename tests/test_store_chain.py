@@ -144,6 +144,47 @@ async def test_the_unique_index_is_the_final_guard_against_a_fork(
         await store.record_turn(parent.id, compacted_turn())
 
 
+async def test_a_stale_compaction_carries_over_the_turns_it_did_not_see(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)  # 1 message: the system prompt
+    await store.append_messages(parent.id, [msg("user", "q1"), msg("assistant", "a1")])
+    seen = 3  # an operator's compaction is computed from these three ...
+    await store.append_messages(parent.id, [  # ... while the gateway answers another turn
+        msg("user", "q2", platform_message_id="77", answered=True, sender_name="Ada"),
+        msg("assistant", "a2")])
+    child = await store.record_turn(parent.id, TurnRecord(
+        before=(msg("assistant", "operator note"),),
+        compaction=Compaction(messages=(msg("system", "sys"), msg("user", "summary of q1")),
+                              covers=seen),
+        after=(msg("assistant", "after"),)))
+    history = await store.load_history(child.id)
+    assert [(h.seq, h.message["content"]) for h in history] == [
+        (0, "sys"), (1, "summary of q1"), (2, "q2"), (3, "a2"), (4, "after")]
+    carried = history[2]
+    assert (carried.platform_message_id, carried.answered, carried.sender_name) == (
+        "77", True, "Ada")
+    assert [h.session_id for h in await store.search("q2")] == [parent.id, child.id]
+
+
+async def test_an_up_to_date_compaction_carries_nothing(store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    await store.append_messages(parent.id, [msg("user", "q1")])
+    child = await store.record_turn(parent.id, TurnRecord(
+        before=(msg("assistant", "a1"),),
+        compaction=Compaction(messages=(msg("user", "summary"),), covers=2)))
+    assert [h.message["content"] for h in await store.load_history(child.id)] == ["summary"]
+
+
+async def test_a_compaction_claiming_unseen_history_is_refused(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    before = snapshot(store)
+    with pytest.raises(StoreError, match="covers 5 messages"):
+        await store.record_turn(parent.id, TurnRecord(
+            compaction=Compaction(messages=(msg("user", "summary"),), covers=5)))
+    assert snapshot(store) == before
+
+
 # --- the tip and the chain ---------------------------------------------------------------
 @pytest.mark.parametrize("depth", [0, 1, 25])
 async def test_tip_is_the_last_continuation_from_anywhere_in_the_chain(
