@@ -35,6 +35,7 @@ class TurnResult:
     new_messages: tuple[dict[str, Any], ...]  # assistant (and tool) messages of this turn
     compaction: tuple[dict[str, Any], ...] | None = None  # the compacted live transcript
     compacted_before_reply: bool = True  # False: compaction ran after the reply (post-turn)
+    compacted_from: int | None = None  # transcript length the (first) compaction started from
     usage: tuple[UsageEntry, ...] = ()
     notices: tuple[str, ...] = ()
     prompt_tokens: int | None = None
@@ -84,6 +85,7 @@ class Agent:
         self.compression_enabled = compression_enabled
         self.messages: Transcript = engine.new_transcript()
         self._usage: list[UsageEntry] = []
+        self._compacted_from: int | None = None
         remembered = self.limits.windows.get(provider.model)
         if remembered and remembered < engine.context_length:
             engine.update_model(provider.model, remembered)
@@ -123,6 +125,7 @@ class Agent:
             raise TurnFailed(exc.user_message, cause=exc, usage=self._drain_usage()) from exc
 
     async def _run_turn(self) -> TurnResult:
+        self._compacted_from: int | None = None
         notices: list[str] = []
         compacted = False
         if self.compression_enabled and self.engine.should_compress_preflight(self.messages):
@@ -144,6 +147,7 @@ class Agent:
             new_messages=(reply_message,),
             compaction=tuple(self.messages) if (compacted or post_turn) else None,
             compacted_before_reply=not post_turn,
+            compacted_from=self._compacted_from,
             usage=self._drain_usage(),
             notices=tuple(notices),
             prompt_tokens=prompt_tokens,
@@ -157,6 +161,8 @@ class Agent:
         report = self.engine.last_report
         changed = report.changed if report else list(after) != self.messages.as_list()
         if changed:
+            if self._compacted_from is None:
+                self._compacted_from = len(self.messages)
             self.messages.replace(after)
         return changed
 
@@ -202,6 +208,7 @@ class Agent:
     async def compact(self, focus_topic: str | None = None, *, force: bool = True) -> CompactResult:
         """Manual /compress (force) or gateway hygiene (not forced)."""
         before = tuple(self.messages)
+        self._compacted_from = None
         notices: list[str] = []
         changed = await self._compress(notices, focus_topic=focus_topic, force=force)
         return CompactResult(before=before, after=tuple(self.messages), changed=changed,

@@ -128,14 +128,7 @@ class Conversations:
     # --- a turn ---------------------------------------------------------------------------
     async def answer(self, chat: ChatRef, records: list[InboundRecord]) -> list[Outgoing]:
         """Append the inbound messages, run one turn, persist it; return what to send."""
-        session, agent = await self.agent_for(chat.key)
-        pending = [r for r in records if r.status == "pending"]
-        if pending:
-            messages = [new_message({"role": "user", "content": r.text}, answered=False,
-                                    platform_message_id=r.message_id, sender_id=r.sender_id,
-                                    sender_name=r.sender_name) for r in pending]
-            await self.store.take_inbound([r.id for r in pending], session.id, messages)
-            agent.append([m.message for m in messages])
+        session, agent = await self._take(chat.key, records)
         ids = tuple(r.id for r in records)
         reply_to = records[-1].message_id
         session, out = await self._hygiene(chat, session, agent)
@@ -155,6 +148,27 @@ class Conversations:
         out.extend(Outgoing(notice) for notice in result.notices)
         return out
 
+    async def _take(self, chat_key: str, records: list[InboundRecord]
+                    ) -> tuple[SessionRecord, Agent]:
+        """Move pending inbound messages into the live session (and the agent's transcript)."""
+        pending = [r for r in records if r.status == "pending"]
+        messages = [new_message({"role": "user", "content": r.text}, answered=False,
+                                platform_message_id=r.message_id, sender_id=r.sender_id,
+                                sender_name=r.sender_name) for r in pending]
+        session, agent = await self.agent_for(chat_key)
+        if not pending:
+            return session, agent
+        ids = [r.id for r in pending]
+        try:
+            await self.store.take_inbound(ids, session.id, messages)
+        except ContinuationConflict:
+            # Another process (`threadline compress`) continued this session: use the tip.
+            self.forget(chat_key)
+            session, agent = await self.agent_for(chat_key)
+            await self.store.take_inbound(ids, session.id, messages)
+        agent.append([m.message for m in messages])
+        return session, agent
+
     async def _persist_turn(self, chat_key: str, session: SessionRecord, agent: Agent,
                             result: TurnResult, ids: tuple[int, ...]) -> None:
         new = tuple(new_message(m) for m in result.new_messages)
@@ -169,7 +183,8 @@ class Conversations:
             else:
                 before, after = new, ()  # the reply closes the parent, then it is compacted
             compaction = Compaction(messages=tuple(new_message(m) for m in kept),
-                                    engine_state=agent.engine.export_state())
+                                    engine_state=agent.engine.export_state(),
+                                    covers=result.compacted_from)
         turn = TurnRecord(before=before, compaction=compaction, after=after, answered=ids,
                           usage=usage_records(result.usage),
                           engine_state=agent.engine.export_state(),
@@ -207,7 +222,7 @@ class Conversations:
             await self.store.record_turn(session.id, TurnRecord(usage=usage, engine_state=state))
             return session
         compaction = Compaction(messages=tuple(new_message(m) for m in result.after),
-                                engine_state=state)
+                                engine_state=state, covers=len(result.before))
         try:
             live = await self.store.record_turn(session.id, TurnRecord(
                 compaction=compaction, usage=usage, engine_state=state))

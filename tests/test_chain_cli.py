@@ -53,3 +53,32 @@ async def test_sixty_message_console_chat_compacts_into_a_chain(tmp_path, fake_o
     summaries = [c for c in fake_openai.calls_to("/chat/completions")
                  if "handoff checkpoint" in str(c.json["messages"][0]["content"])]
     assert len(summaries) >= 2
+
+
+async def test_compress_in_the_console_and_from_the_shell(tmp_path, fake_openai):
+    fake_openai.responder = summarizing_responder
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url,
+                                               "context_length": 4096},
+                              compression={"protect_last_n": 4}))
+    short = await threadline("chat", "--config", config, stdin="hi\n/compress\n",
+                             home=tmp_path)
+    assert short.out.splitlines()[1].startswith("Nothing to compress yet")
+    assert len(fake_openai.calls_to("/chat/completions")) == 1
+
+    await threadline("chat", "--config", config, stdin="\n".join(lines(8)) + "\n",
+                     home=tmp_path)
+    typed = await threadline("chat", "--config", config,
+                             stdin="/compress the WORD03X step\n", home=tmp_path)
+    assert "Compressed:" in typed.out and "Rough estimate: ~" in typed.out, typed.out
+    summary = [c for c in fake_openai.calls_to("/chat/completions")
+               if "handoff checkpoint" in str(c.json["messages"][0]["content"])][-1]
+    assert "the WORD03X step" in str(summary.json["messages"])
+
+    await threadline("chat", "--config", config, stdin="\n".join(lines(8)) + "\n",
+                     home=tmp_path)
+    shell = await threadline("compress", "console:local", "--focus", "WORD05X",
+                             "--config", config, home=tmp_path)
+    assert shell.code == 0 and "Compressed:" in shell.out, shell
+    sessions = json.loads((await threadline("sessions", "list", "--json", "--config", config,
+                                            home=tmp_path)).out)
+    assert sum(1 for s in sessions if s["kind"] == "compression") >= 2
