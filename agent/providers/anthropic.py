@@ -11,12 +11,9 @@ import anthropic
 from agent.errors import (
     AuthError,
     EmptyReplyError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
 )
 from agent.providers.base import Completion, Provider, ProviderSettings
-from agent.providers.classify import from_status_exception, scrub
+from agent.providers.classify import scrub, sdk_errors
 from agent.usage import from_anthropic
 
 log = logging.getLogger(__name__)
@@ -302,23 +299,10 @@ class AnthropicProvider(Provider):
         )
 
     async def _create(self, request: dict[str, Any]) -> Any:
-        secret = self.settings.api_key
-        try:
+        with sdk_errors(anthropic, anthropic.AnthropicError, provider=self.kind,
+                        timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
+                        secret=self.settings.api_key):
             return await self._client.messages.create(**request)
-        except anthropic.APITimeoutError as exc:
-            raise ProviderTimeoutError(
-                f"anthropic: no answer within {self.settings.timeout_s:g}s", provider=self.kind
-            ) from exc
-        except anthropic.APIConnectionError as exc:
-            raise ProviderUnavailableError(
-                f"anthropic: cannot reach {self._client.base_url}: {scrub(str(exc), secret)}",
-                provider=self.kind,
-            ) from exc
-        except anthropic.APIStatusError as exc:
-            raise from_status_exception(exc, provider=self.kind, secret=secret) from exc
-        except anthropic.AnthropicError as exc:
-            raise ProviderError(f"anthropic: {scrub(str(exc), secret)}",
-                                provider=self.kind) from exc
 
     async def aclose(self) -> None:
         await self._client.close()

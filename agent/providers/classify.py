@@ -7,11 +7,13 @@ or fill in what the structure left open. Both SDK providers and any OpenAI-compa
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from agent.errors import (
@@ -234,3 +236,22 @@ def from_status_exception(exc: Any, *, provider: str, secret: str | None = None)
     headers = getattr(response, "headers", None)
     info = extract_info(status, getattr(exc, "body", None), str(getattr(exc, "message", exc)))
     return classify_status(info, provider=provider, headers=headers, secret=secret)
+
+
+@contextlib.contextmanager
+def sdk_errors(sdk: ModuleType, base_error: type[Exception], *, provider: str,
+               timeout_s: float, base_url: object, secret: str | None) -> Iterator[None]:
+    """Turn an official SDK's exceptions (openai and anthropic name them alike) into ours."""
+    try:
+        yield
+    except sdk.APITimeoutError as exc:
+        raise ProviderTimeoutError(f"{provider}: no answer within {timeout_s:g}s",
+                                   provider=provider) from exc
+    except sdk.APIConnectionError as exc:
+        raise ProviderUnavailableError(
+            f"{provider}: cannot reach {base_url}: {scrub(str(exc), secret)}",
+            provider=provider) from exc
+    except sdk.APIStatusError as exc:
+        raise from_status_exception(exc, provider=provider, secret=secret) from exc
+    except base_error as exc:
+        raise ProviderError(f"{provider}: {scrub(str(exc), secret)}", provider=provider) from exc

@@ -11,11 +11,9 @@ from agent.errors import (
     BadRequestError,
     EmptyReplyError,
     ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
 )
 from agent.providers.base import Completion, Provider, ProviderSettings
-from agent.providers.classify import from_status_exception, scrub
+from agent.providers.classify import sdk_errors
 from agent.usage import from_openai_chat
 
 log = logging.getLogger(__name__)
@@ -100,23 +98,11 @@ class OpenAICompatProvider(Provider):
         return self._to_completion(response)
 
     async def _create(self, request: dict[str, Any], limit: int) -> Any:
-        secret = self.settings.api_key
-        try:
+        with sdk_errors(openai, openai.OpenAIError, provider=self.kind,
+                        timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
+                        secret=self.settings.api_key):
             return await self._client.chat.completions.create(
                 **request, **{self._token_param: limit})
-        except openai.APITimeoutError as exc:
-            raise ProviderTimeoutError(
-                f"openai: no answer within {self.settings.timeout_s:g}s", provider=self.kind
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise ProviderUnavailableError(
-                f"openai: cannot reach {self._client.base_url}: {scrub(str(exc), secret)}",
-                provider=self.kind,
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise from_status_exception(exc, provider=self.kind, secret=secret) from exc
-        except openai.OpenAIError as exc:
-            raise ProviderError(f"openai: {scrub(str(exc), secret)}", provider=self.kind) from exc
 
     def _to_completion(self, response: Any) -> Completion:
         choices = getattr(response, "choices", None) or []
