@@ -78,7 +78,7 @@ async def build(tmp: Path) -> tuple[Gateway, BenchPlatform]:
                                                 context_length=128_000))
     conversations = Conversations(
         SqliteSessionStore(config.db_path), provider=provider, summary_provider=None,
-        engine_factory=resolve_engine_factory("compressor", plugin_root=tmp / "plugins"),
+        engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
         settings=AgentSettings(system_prompt="You are a benchmark.", max_output_tokens=256,
                                threshold=0.5, target_ratio=0.2, protect_last_n=20,
                                compression_enabled=True))

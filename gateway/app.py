@@ -260,8 +260,7 @@ def create_gateway(config: Config, adapters: list[PlatformAdapter]) -> Gateway:
     provider = build_provider(main_settings(config))
     aux = summary_settings(config)
     summary_provider = build_provider(aux) if aux is not None else provider
-    engine_factory = resolve_engine_factory(config.context.engine,
-                                            plugin_root=config.data_dir / "plugins")
+    engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
     settings = AgentSettings(
         system_prompt=config.system_prompt,
         max_output_tokens=config.model.max_output_tokens,

@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _dispatch(args: argparse.Namespace, config: Config) -> int:
-    from agent.errors import AgentError
+    from agent.errors import AgentError, EngineNotFoundError
     from gateway.logs import configure_logging
     from storage.models import StoreError
 
@@ -68,6 +68,9 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         if args.command in ("run", "chat"):
             return asyncio.run(_serve(args, config))
         return asyncio.run(_offline(args, config))
+    except EngineNotFoundError as exc:  # context.engine names nothing we can load
+        print(f"threadline: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except (StoreError, AgentError) as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -90,3 +90,29 @@ async def test_run_with_no_platform_is_a_configuration_error(tmp_path):
     path.write_text("platforms: {console: {enabled: false}}\n")
     ran = await threadline("run", "--config", str(path), home=tmp_path, timeout=60)
     assert ran.code == 78 and len(ran.err.strip().splitlines()) == 1
+
+
+async def test_unknown_context_engine_is_a_clear_startup_error(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("context: {engine: nosuchengine}\n")
+    ran = await threadline("chat", "--config", str(path), stdin="hi\n", home=tmp_path,
+                           timeout=60)
+    assert ran.code == 78
+    assert "nosuchengine" in ran.err and "compressor" in ran.err
+    assert "Traceback" not in ran.err and len(ran.err.strip().splitlines()) == 1
+
+
+async def test_a_plugin_engine_from_the_data_dir_is_used_when_config_names_it(tmp_path,
+                                                                             fake_openai):
+    plugin = tmp_path / "plugins" / "context_engine" / "keeper"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text(
+        "from agent.context_compressor import ContextCompressor\n\n"
+        "class Keeper(ContextCompressor):\n"
+        "    @property\n"
+        "    def name(self):\n"
+        "        return 'keeper'\n")
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url},
+                              context={"engine": "keeper"}))
+    ran = await threadline("chat", "--config", config, stdin="hi\n", home=tmp_path)
+    assert ran.code == 0 and ran.out.strip() == "echo: hi", ran.err
