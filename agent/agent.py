@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.context_engine import ContextEngine
+from agent.context_engine import CompressionReport, ContextEngine
 from agent.errors import AgentError, ContextOverflowError, OutputCapError
 from agent.providers.base import Completion, Provider
 from agent.tokens import Transcript
@@ -50,6 +50,7 @@ class CompactResult:
     changed: bool
     usage: tuple[UsageEntry, ...] = ()
     notices: tuple[str, ...] = ()
+    report: CompressionReport | None = None  # None when the engine was not asked
 
 
 class TurnFailed(AgentError):
@@ -212,4 +213,5 @@ class Agent:
         notices: list[str] = []
         changed = await self._compress(notices, focus_topic=focus_topic, force=force)
         return CompactResult(before=before, after=tuple(self.messages), changed=changed,
-                             usage=self._drain_usage(), notices=tuple(notices))
+                             usage=self._drain_usage(), notices=tuple(notices),
+                             report=self.engine.last_report)

@@ -88,8 +88,6 @@ async def usage_text(conversations: Conversations, store: SessionStore, chat_key
 
 async def compress_text(conversations: Conversations, chat_key: str, focus: str | None) -> str:
     result, _ = await conversations.compact(chat_key, focus or None)
-    _, agent = await conversations.agent_for(chat_key)
-    feedback = build_feedback(list(result.before), list(result.after), agent.engine.last_report
-                              if result.changed or result.usage else None,
+    feedback = build_feedback(list(result.before), list(result.after), result.report,
                               lambda msgs: sum(estimate_message(m) for m in msgs))
     return feedback.render()

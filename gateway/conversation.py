@@ -151,6 +151,8 @@ class Conversations:
     async def _take(self, chat_key: str, records: list[InboundRecord]
                     ) -> tuple[SessionRecord, Agent]:
         """Move pending inbound messages into the live session (and the agent's transcript)."""
+        if any(r.status == "pending" for r in records):
+            records = await self.store.inbound([r.id for r in records])  # edits applied
         pending = [r for r in records if r.status == "pending"]
         messages = [new_message({"role": "user", "content": r.text}, answered=False,
                                 platform_message_id=r.message_id, sender_id=r.sender_id,

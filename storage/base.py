@@ -108,6 +108,10 @@ class SessionStore(ABC):
         """Close ledger rows that never become a turn (commands, ignored input): answered|failed."""
 
     @abstractmethod
+    async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
+        """The ledger rows as they are now (an edit may have changed a pending text)."""
+
+    @abstractmethod
     async def open_inbound(self) -> list[InboundRecord]:
         """Inbound rows still pending or taken (not answered, not failed), oldest first."""
 

@@ -8,6 +8,7 @@ constraints, and a partial unique index allowing one compression child per sessi
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sqlite3
@@ -286,6 +287,13 @@ class SqliteSessionStore(SessionStore):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
         answered, failed = (inbound_ids, ()) if status == "answered" else ((), inbound_ids)
         await self._write(lambda db: ops.mark_inbound(db, answered, failed))
+
+    async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
+        sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"
+               f" WHERE id {ops.IN_IDS} ORDER BY received_at, id")
+        return await self._read(
+            lambda db: ops.fetch_all(db, sql, (json.dumps(list(inbound_ids)),),
+                                     ops.inbound_record))
 
     async def open_inbound(self) -> list[InboundRecord]:
         sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"

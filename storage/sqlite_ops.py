@@ -69,7 +69,7 @@ _MESSAGE_FIELDS = """role, content, content_format, tool_calls, tool_call_id, to
 MESSAGE_COLUMNS = f"id, session_id, seq, {_MESSAGE_FIELDS}"
 _MESSAGE_INSERT = (f"INSERT INTO messages (session_id, seq, {_MESSAGE_FIELDS})"
                    f" VALUES ({', '.join('?' * 15)})")
-_IN_IDS = "IN (SELECT value FROM json_each(?))"  # a list of ids bound as one JSON parameter
+IN_IDS = "IN (SELECT value FROM json_each(?))"  # a list of ids bound as one JSON parameter
 
 
 def session_record(row: Sequence[Any]) -> SessionRecord:
@@ -291,11 +291,11 @@ async def mark_inbound(db: aiosqlite.Connection, answered: Sequence[int],
     """Answered rows and their messages rows become answered; failed ones only failed."""
     if answered:
         ids = json.dumps(list(answered))
-        await db.execute(f"UPDATE inbound SET status = 'answered' WHERE id {_IN_IDS}", (ids,))
+        await db.execute(f"UPDATE inbound SET status = 'answered' WHERE id {IN_IDS}", (ids,))
         await db.execute("UPDATE messages SET answered = 1 WHERE id IN"
-                         f" (SELECT message_row_id FROM inbound WHERE id {_IN_IDS})", (ids,))
+                         f" (SELECT message_row_id FROM inbound WHERE id {IN_IDS})", (ids,))
     if failed:
-        await db.execute(f"UPDATE inbound SET status = 'failed' WHERE id {_IN_IDS}",
+        await db.execute(f"UPDATE inbound SET status = 'failed' WHERE id {IN_IDS}",
                          (json.dumps(list(failed)),))
 
 
@@ -304,7 +304,7 @@ async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],
     """Mark pending rows taken, each linked to the message carrying its platform message id,
     else to the message at its position (as many messages as rows), else to the last one."""
     found = await db.execute_fetchall(
-        f"SELECT id, message_id, status FROM inbound WHERE id {_IN_IDS}",
+        f"SELECT id, message_id, status FROM inbound WHERE id {IN_IDS}",
         (json.dumps(list(inbound_ids)),))
     by_id = {row[0]: row for row in found}
     by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}

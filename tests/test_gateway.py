@@ -224,3 +224,19 @@ async def test_strangers_are_refused_once_per_hour(tmp_path, fake_openai, platfo
 
 def test_last_user_text_helper_is_what_the_fake_echoes():
     assert last_user_text([{"role": "user", "content": "x"}]) == "x"
+
+
+async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_openai, platform):
+    gw = await started_gateway(config_for(tmp_path, fake_openai.base_url), [platform])
+    fake_openai.delay_next(0.5)
+    try:
+        await platform.say("first")
+        await fake_openai.wait_for_call("/chat/completions")
+        queued = await platform.say("helo", message_id="200")
+        await platform.handler(platform.message("hello, fixed", message_id=queued.message_id,
+                                                is_edit=True))
+        await platform.wait_delivered(2)
+        await platform.handler(platform.message("too late", message_id="200", is_edit=True))
+    finally:
+        await close(gw)
+    assert platform.texts() == ["echo: first", "echo: hello, fixed"]
