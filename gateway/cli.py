@@ -89,6 +89,11 @@ async def _serve(args: argparse.Namespace, config: Config) -> int:
         from gateway.platforms import remote_adapters
 
         adapters.extend(remote_adapters(config))
+    if not adapters:
+        print("threadline: none of the enabled platforms is available in this version "
+              "(the console is); enable platforms.console or use `threadline chat`",
+              file=sys.stderr)
+        return EXIT_ERROR
     gateway = create_gateway(config, adapters)
     stop = asyncio.Event()
     _install_signals(stop)
