@@ -131,8 +131,9 @@ class Conversations:
         session, agent = await self._take(chat.key, records)
         ids = tuple(r.id for r in records)
         reply_to = records[-1].message_id
-        session, out = await self._hygiene(chat, session, agent)
+        out: list[Outgoing] = []
         try:
+            session, out = await self._hygiene(chat, session, agent)
             result = await agent.run_turn()
         except TurnFailed as failed:
             await self.store.record_turn(session.id, TurnRecord(
@@ -190,7 +191,7 @@ class Conversations:
         turn = TurnRecord(before=before, compaction=compaction, after=after, answered=ids,
                           usage=usage_records(result.usage),
                           engine_state=agent.engine.export_state(),
-                          last_prompt_tokens=result.prompt_tokens)
+                          last_prompt_tokens=agent.engine.last_prompt_tokens)
         try:
             live = await self.store.record_turn(session.id, turn)
         except ContinuationConflict:
