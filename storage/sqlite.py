@@ -115,13 +115,10 @@ class SqliteSessionStore(SessionStore):
 
     # --- sessions and chains ---------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord | None:
-        sql = ops.TIP_FROM.format(start="SELECT session_id FROM chats WHERE chat_key = :key")
-
-        async def work(db: Db) -> SessionRecord | None:
-            row = await ops.fetch_one(db, sql, {"key": chat_key, "max_depth": ops.MAX_CHAIN_DEPTH})
-            record = await ops.load_session(db, row[0]) if row else None
-            return record if record is not None and record.live else None
-        return await self._read(work)
+        params = {"key": chat_key, "max_depth": ops.MAX_CHAIN_DEPTH}
+        row = await self._read(lambda db: ops.fetch_one(db, ops.LIVE_SESSION, params))
+        record = ops.session_record(row) if row else None
+        return record if record is not None and record.live else None
 
     async def create_root_session(self, chat_key: str, *, model: str | None,
                                   system_prompt: str | None,
@@ -182,10 +179,7 @@ class SqliteSessionStore(SessionStore):
 
     async def save_engine_state(self, session_id: str, state: dict[str, Any],
                                 last_prompt_tokens: int | None = None) -> None:
-        async def work(db: Db) -> None:
-            await ops.end_reason_of(db, session_id)  # an unknown id is an error
-            await ops.save_state(db, session_id, state, last_prompt_tokens)
-        await self._write(work)
+        await self._write(lambda db: ops.save_state(db, session_id, state, last_prompt_tokens))
 
     # --- messages --------------------------------------------------------------------
     async def load_history(self, session_id: str) -> list[StoredMessage]:
@@ -217,8 +211,7 @@ class SqliteSessionStore(SessionStore):
             await ops.mark_inbound(db, turn.answered, turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
             await ops.insert_usage(db, session_id, turn.usage, now)
-            await ops.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
-            return await ops.require_session(db, live_id)
+            return await ops.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
         return await self._write(work)
 
     async def search(self, query: str, chat_key: str | None = None,

@@ -3,6 +3,7 @@ codecs they share. `SqliteSessionStore` owns the connection, the lock and the re
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import sqlite3
@@ -45,9 +46,11 @@ _UP = """up(id, depth) AS (
     JOIN sessions AS s ON s.id = up.id AND s.kind = 'compression'
     JOIN sessions AS p ON p.id = s.parent_session_id AND p.end_reason = 'compression'
     WHERE up.depth < :max_depth)"""
+# Prefix defining `tip(id, depth)`, the deepest step from a seed query (format `start`).
+_TIP = ("WITH RECURSIVE start(id) AS ({start}), " + _DOWN
+        + ", tip(id, depth) AS (SELECT id, depth FROM down ORDER BY depth DESC LIMIT 1) ")
 # The tip from a seed query (format `start`): yields (id, depth) of the deepest step.
-TIP_FROM = ("WITH RECURSIVE start(id) AS ({start}), " + _DOWN
-            + " SELECT id, depth FROM down ORDER BY depth DESC LIMIT 1")
+TIP_FROM = _TIP + "SELECT id, depth FROM tip"
 # Prefix defining `chain(id, depth)`: every session of the chain holding :sid, root first.
 CHAIN = (f"WITH RECURSIVE {_UP}, start(id) AS (SELECT id FROM up ORDER BY depth DESC LIMIT 1),"
          f" {_DOWN}, chain(id, depth) AS (SELECT id, MIN(depth) FROM down GROUP BY id) ")
@@ -55,20 +58,25 @@ CHAIN = (f"WITH RECURSIVE {_UP}, start(id) AS (SELECT id FROM up ORDER BY depth 
 # --- row codecs --------------------------------------------------------------------------
 _TEXT, _JSON, _NONE, _ABSENT = range(4)  # messages.content_format
 
-SESSION_COLUMNS = """s.id, s.chat_key, s.parent_session_id, s.kind, s.end_reason, s.started_at,
-    s.ended_at, s.model, s.system_prompt, s.title, s.compression_count, s.engine_state,
-    s.last_prompt_tokens,
-    (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = s.id),
-    (SELECT COALESCE(SUM(u.input), 0) FROM usage AS u WHERE u.session_id = s.id),
-    (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = s.id)"""
+# A template over the table's name `s`: a RETURNING clause cannot use a table alias.
+_SESSION_COLUMNS_OF = """{s}.id, {s}.chat_key, {s}.parent_session_id, {s}.kind, {s}.end_reason,
+    {s}.started_at, {s}.ended_at, {s}.model, {s}.system_prompt, {s}.title, {s}.compression_count,
+    {s}.engine_state, {s}.last_prompt_tokens,
+    (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = {s}.id),
+    (SELECT COALESCE(SUM(u.input), 0) FROM usage AS u WHERE u.session_id = {s}.id),
+    (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = {s}.id)"""
+SESSION_COLUMNS = _SESSION_COLUMNS_OF.format(s="s")
+# The chat's current session, followed to its compression tip, as a session row.
+LIVE_SESSION = (_TIP.format(start="SELECT session_id FROM chats WHERE chat_key = :key")
+                + f"SELECT {SESSION_COLUMNS} FROM tip JOIN sessions AS s ON s.id = tip.id")
 INBOUND_COLUMNS = """id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,
     received_at, status, message_row_id, extra"""
 # Everything of a messages row but its id, session and position.
 _MESSAGE_FIELDS = """role, content, content_format, tool_calls, tool_call_id, tool_name, extra, tokens,
     created_at, platform_message_id, answered, sender_id, sender_name"""
 MESSAGE_COLUMNS = f"id, session_id, seq, {_MESSAGE_FIELDS}"
-_MESSAGE_INSERT = (f"INSERT INTO messages (session_id, seq, {_MESSAGE_FIELDS})"
-                   f" VALUES ({', '.join('?' * 15)})")
+_FIELD_COUNT = _MESSAGE_FIELDS.count(",") + 1
+_ROWS_PER_INSERT = 500  # 13 parameters a row: well under SQLite's 32,766 per statement
 IN_IDS = "IN (SELECT value FROM json_each(?))"  # a list of ids bound as one JSON parameter
 
 
@@ -78,8 +86,8 @@ def session_record(row: Sequence[Any]) -> SessionRecord:
     return SessionRecord(*values)
 
 
-def message_values(session_id: str, seq: int, new: NewMessage, now: float) -> tuple[Any, ...]:
-    """One messages row; the dict is split so that `decode_message` rebuilds it exactly."""
+def message_values(new: NewMessage, now: float) -> tuple[Any, ...]:
+    """A messages row's `_MESSAGE_FIELDS`, split so that `decode_message` rebuilds the dict."""
     rest = dict(new.message)
     role = rest.pop("role", None)
     if not isinstance(role, str):
@@ -96,7 +104,7 @@ def message_values(session_id: str, seq: int, new: NewMessage, now: float) -> tu
     tool_call_id = rest.pop("tool_call_id") if isinstance(rest.get("tool_call_id"), str) else None
     name = rest.pop("name") if isinstance(rest.get("name"), str) else None
     answered = None if new.answered is None else int(new.answered)
-    return (session_id, seq, role, content, content_format, tool_calls, tool_call_id, name,
+    return (role, content, content_format, tool_calls, tool_call_id, name,
             _dumps(rest) if rest else None, new.tokens, now, new.platform_message_id,
             answered, new.sender_id, new.sender_name)
 
@@ -168,9 +176,11 @@ def _dumps(value: Any) -> str:
 
 
 # --- statements (the caller holds the transaction) ----------------------------------------
+# Each `await` on the connection is a round-trip to its thread (~100 µs): helpers do in one
+# statement what SQL allows (RETURNING, folded checks) and skip statements with nothing to do.
 async def fetch_one(db: aiosqlite.Connection, sql: str, params: Any = ()) -> Any:
-    async with db.execute(sql, params) as cur:
-        return await cur.fetchone()
+    rows = await db.execute_fetchall(sql, params)  # one round-trip; a cursor costs three
+    return next(iter(rows), None)
 
 
 async def fetch_all(db: aiosqlite.Connection, sql: str, params: Any,
@@ -207,35 +217,46 @@ async def require_open(db: aiosqlite.Connection, session_id: str, *,
     ended otherwise (reset, expired) may still receive the end of its last turn, but only
     a live session without a continuation may be continued.
     """
-    end_reason = await end_reason_of(db, session_id)
-    if end_reason == "compression" or (
-            continuing and (end_reason is not None or await _has_continuation(db, session_id))):
+    row = await fetch_one(db, "SELECT s.end_reason, EXISTS (SELECT 1 FROM sessions AS c"
+                          " WHERE c.parent_session_id = s.id AND c.kind = 'compression')"
+                          " FROM sessions AS s WHERE s.id = ?", (session_id,))
+    if row is None:
+        raise StoreError(f"no session {session_id!r}")
+    end_reason, continued = row
+    if end_reason == "compression" or (continuing and (end_reason is not None or continued)):
         raise ContinuationConflict(
             f"session {session_id} was already continued or has ended ({end_reason})")
 
 
-async def _has_continuation(db: aiosqlite.Connection, session_id: str) -> bool:
-    row = await fetch_one(db, "SELECT 1 FROM sessions WHERE parent_session_id = ?"
-                          " AND kind = 'compression'", (session_id,))
-    return row is not None
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    """Insert `rows` messages after the session's last seq (?1); returns (id, seq) of each."""
+    values = ", ".join(f"({pos}, {', '.join('?' * _FIELD_COUNT)})" for pos in range(rows))
+    return (f"WITH next(seq) AS (SELECT COALESCE(MAX(seq) + 1, 0) FROM messages"
+            f" WHERE session_id = ?1), batch(pos, {_MESSAGE_FIELDS}) AS (VALUES {values})"
+            f" INSERT INTO messages (session_id, seq, {_MESSAGE_FIELDS})"
+            f" SELECT ?1, next.seq + batch.pos, {_MESSAGE_FIELDS} FROM next, batch"
+            " ORDER BY batch.pos RETURNING id, seq")
 
 
 async def append(db: aiosqlite.Connection, session_id: str, messages: Sequence[NewMessage],
                  now: float) -> list[StoredMessage]:
-    if not messages:
-        return []
-    row = await fetch_one(db, "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages"
-                          " WHERE session_id = ?", (session_id,))
-    first = int(row[0])
-    await db.executemany(_MESSAGE_INSERT, [message_values(session_id, first + i, m, now)
-                                           for i, m in enumerate(messages)])
-    ids = await db.execute_fetchall("SELECT id FROM messages WHERE session_id = ? AND seq >= ?"
-                                    " ORDER BY seq", (session_id, first))
-    return [StoredMessage(id=row_id, session_id=session_id, seq=first + i,
-                          message=dict(m.message), tokens=m.tokens, created_at=now,
-                          platform_message_id=m.platform_message_id, answered=m.answered,
-                          sender_id=m.sender_id, sender_name=m.sender_name)
-            for i, (m, (row_id,)) in enumerate(zip(messages, ids, strict=True))]
+    stored: list[StoredMessage] = []
+    for start in range(0, len(messages), _ROWS_PER_INSERT):
+        batch = messages[start:start + _ROWS_PER_INSERT]
+        params: list[Any] = [session_id]
+        for m in batch:
+            params.extend(message_values(m, now))
+        # RETURNING yields rows in no promised order: seq puts them back in batch order.
+        rows = sorted(await db.execute_fetchall(_insert_sql(len(batch)), params),
+                      key=lambda row: row[1])
+        stored.extend(StoredMessage(id=row_id, session_id=session_id, seq=seq,
+                                    message=dict(m.message), tokens=m.tokens, created_at=now,
+                                    platform_message_id=m.platform_message_id,
+                                    answered=m.answered, sender_id=m.sender_id,
+                                    sender_name=m.sender_name)
+                      for m, (row_id, seq) in zip(batch, rows, strict=True))
+    return stored
 
 
 async def continue_session(db: aiosqlite.Connection, parent_id: str, compaction: Compaction,
@@ -308,6 +329,7 @@ async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],
         (json.dumps(list(inbound_ids)),))
     by_id = {row[0]: row for row in found}
     by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
+    links: list[tuple[int | None, int]] = []
     for position, inbound_id in enumerate(inbound_ids):
         row = by_id.get(inbound_id)
         if row is None or row[2] != "pending":
@@ -316,12 +338,16 @@ async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],
         target = by_platform_id.get(row[1])
         if target is None and stored:
             target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
-        await db.execute("UPDATE inbound SET status = 'taken', message_row_id = ? WHERE id = ?",
-                         (target.id if target else None, inbound_id))
+        links.append((target.id if target else None, inbound_id))
+    if links:
+        await db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?"
+                             " WHERE id = ?", links)
 
 
 async def insert_usage(db: aiosqlite.Connection, session_id: str,
                        usage: Sequence[UsageRecord], now: float) -> None:
+    if not usage:
+        return
     await db.executemany(
         "INSERT INTO usage (session_id, model, purpose, input, output, cache_read,"
         " cache_write, reasoning, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -330,10 +356,17 @@ async def insert_usage(db: aiosqlite.Connection, session_id: str,
 
 
 async def save_state(db: aiosqlite.Connection, session_id: str, state: dict[str, Any] | None,
-                     last_prompt_tokens: int | None) -> None:
-    if state is not None:
-        await db.execute("UPDATE sessions SET engine_state = ? WHERE id = ?",
-                         (_dumps(state), session_id))
-    if last_prompt_tokens is not None:
-        await db.execute("UPDATE sessions SET last_prompt_tokens = ? WHERE id = ?",
-                         (last_prompt_tokens, session_id))
+                     last_prompt_tokens: int | None) -> SessionRecord:
+    """Set whichever of the two is given (None keeps it); return the session as it is now.
+
+    One statement either way: with nothing to set, the UPDATE rewrites the row unchanged and
+    still reads it back. StoreError when there is no such session.
+    """
+    row = await fetch_one(
+        db, "UPDATE sessions SET engine_state = COALESCE(?, engine_state),"
+        " last_prompt_tokens = COALESCE(?, last_prompt_tokens) WHERE id = ?"
+        f" RETURNING {_SESSION_COLUMNS_OF.format(s='sessions')}",
+        (None if state is None else _dumps(state), last_prompt_tokens, session_id))
+    if row is None:
+        raise StoreError(f"no session {session_id!r}")
+    return session_record(row)
