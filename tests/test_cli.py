@@ -126,3 +126,28 @@ async def test_run_with_only_an_unavailable_platform_says_so(tmp_path):
     assert ran.code == 1
     assert "not available in this version" in ran.err
     assert "ABCdefGHI" not in ran.err  # the token never reaches the output
+
+
+async def test_sigterm_lets_the_running_turn_finish_then_exits_cleanly(tmp_path, fake_openai):
+    import asyncio
+    import signal
+
+    from tests.cli_support import THREADLINE, cli_env
+
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url}))
+    fake_openai.delay_next(1.0)
+    proc = await asyncio.create_subprocess_exec(
+        THREADLINE, "chat", "--config", config, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=str(tmp_path),
+        env=cli_env(tmp_path))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"slow question\n")
+    await proc.stdin.drain()
+    await fake_openai.wait_for_call("/chat/completions", timeout=30)
+    proc.send_signal(signal.SIGTERM)  # stdin stays open: only the signal ends it
+    await asyncio.wait_for(proc.wait(), 30)
+    assert proc.stderr is not None
+    out, err = await proc.stdout.read(), await proc.stderr.read()
+    assert proc.returncode == 0, err
+    assert out.decode().strip() == "echo: slow question"
+    assert b"Traceback" not in err
