@@ -23,7 +23,7 @@ from agent.context_engine import CompressionReport, ContextEngine, EngineSetting
 from agent.errors import AuthError, ModelNotFoundError, ProviderError, ProviderUnavailableError
 from agent.extractive import extractive_summary
 from agent.providers.base import Provider
-from agent.redact import redact
+from agent.redact import plain_error
 from agent.summary import Summarizer, finish_summary, task_text, upgrade_prefix
 from agent.summary_prompts import (
     SYSTEM_NOTE,
@@ -58,12 +58,6 @@ class _Plan:
     turns: list[Message]  # the middle without an earlier summary
     previous: str | None  # the earlier summary found in the middle (or remembered)
     last_user: Message | None  # the newest user message, which must survive verbatim
-
-
-def plain_error(exc: BaseException) -> str:
-    """One redacted line for the user and the log."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return redact(text if len(text) <= 200 else text[:199] + "…")
 
 
 class ContextCompressor(ContextEngine):

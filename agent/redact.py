@@ -283,3 +283,9 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
         return True
+
+
+def plain_error(exc: BaseException) -> str:
+    """An exception as one short, redacted line for the user and the log."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return redact(text if len(text) <= 200 else text[:199] + "…")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tempfile
@@ -11,11 +10,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import annotated_types
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic.fields import FieldInfo
 
+from gateway.config_errors import (
+    ConfigError,
+    Loc,
+    dotted,
+    field_of,
+    from_validation,
+    submodel,
+)
 from gateway.config_models import (
     DB_FILENAME,
     DEFAULT_SYSTEM_PROMPT,
@@ -40,10 +45,7 @@ __all__ = [
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h; the systemd unit does not restart on it
 
-Loc = tuple[str | int, ...]
-
 _REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
-_SECRET_KEYS = {"api_key", "token", "secret_token"}
 # Spec §2 defaults the platform tokens to these references.
 _ENV_DEFAULTS: dict[tuple[str, ...], str] = {
     ("platforms", "telegram", "token"): "${TELEGRAM_BOT_TOKEN}",
@@ -51,29 +53,11 @@ _ENV_DEFAULTS: dict[tuple[str, ...], str] = {
 }
 
 
-class ConfigError(Exception):
-    """A configuration problem the user can fix; str() is one line naming file and key."""
-
-    def __init__(self, message: str, *, source: str | Path | None = None, key: str | None = None):
-        self.source = str(source) if source is not None else None
-        self.key = key
-        self.detail = " ".join(message.split())
-        super().__init__(": ".join(p for p in (self.source, key, self.detail) if p))
-
-
 class _Unset:
     """Placeholder for a value whose ${VAR} is unset and has no default."""
 
 
 _UNSET = _Unset()
-
-
-def dotted(loc: Loc) -> str:
-    """('a', 'b', 0, 'c') -> 'a.b[0].c'."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def find_config_path(
@@ -122,7 +106,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     try:
         cfg = Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise _from_validation(exc, source, from_env) from None
+        raise from_validation(exc, source, from_env) from None
     cfg._source = source
     cfg._home = default_data_dir(env)
     return cfg
@@ -271,25 +255,6 @@ def _substitute(
     return result
 
 
-def _field(model: type[BaseModel] | None, key: str | int) -> FieldInfo | None:
-    return model.model_fields.get(key) if model is not None and isinstance(key, str) else None
-
-
-def _submodel(field: FieldInfo | None) -> type[BaseModel] | None:
-    annotation = field.annotation if field is not None else None
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return None
-
-
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The section model that the mapping at `loc` is validated against."""
-    model: type[BaseModel] | None = Config
-    for part in loc:
-        model = _submodel(_field(model, part))
-    return model
-
-
 def _in_disabled_section(data: Any, loc: Loc) -> bool:
     """True if some section around `loc` has `enabled: false` (explicitly or by default)."""
     model: type[BaseModel] | None = Config
@@ -297,8 +262,8 @@ def _in_disabled_section(data: Any, loc: Loc) -> bool:
     for part in loc[:-1]:
         if not isinstance(node, dict) or model is None:
             return False
-        node, model = node.get(part), _submodel(_field(model, part))
-        enabled = _field(model, "enabled")
+        node, model = node.get(part), submodel(field_of(model, part))
+        enabled = field_of(model, "enabled")
         if enabled is not None and isinstance(node, dict):
             value = node.get("enabled", enabled.default)
             try:
@@ -316,89 +281,3 @@ def _prune(node: Any) -> Any:
     if isinstance(node, list):
         return [_prune(v) for v in node if v is not _UNSET]
     return node
-
-
-# --- pydantic errors -> one line -----------------------------------------------------------
-
-_PHRASES = {
-    "bool_parsing": "expected true or false",
-    "bool_type": "expected true or false",
-    "string_type": "expected a string (put it in quotes)",
-    "list_type": "expected a list, e.g. [a, b]",
-    "model_type": "expected a mapping of keys",
-    "model_attributes_type": "expected a mapping of keys",
-    "dict_type": "expected a mapping of keys",
-    "missing": "is required",
-    "path_type": "expected a file path",
-    "string_too_short": "must not be empty",
-    "string_pattern_mismatch": "has characters that are not allowed",
-}
-_NUMERIC = set(
-    "int_parsing int_type int_from_float float_parsing float_type"
-    " greater_than greater_than_equal less_than less_than_equal".split()
-)
-
-
-def _numeric_phrase(field: FieldInfo | None, error_type: str) -> str:
-    args = typing.get_args(field.annotation) if field is not None else ()
-    is_int = error_type.startswith("int") or (
-        field is not None and int in (field.annotation, *args)
-    )
-    kind = "an integer" if is_int else "a number"
-    bounds: dict[str, Any] = {}
-    for meta in field.metadata if field is not None else ():
-        for attr, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
-            if isinstance(meta, getattr(annotated_types, attr.capitalize())):
-                bounds[op] = getattr(meta, attr)
-    if ">=" in bounds and "<=" in bounds:
-        return f"expected {kind} from {bounds['>=']} to {bounds['<=']}"
-    if bounds.get(">") == 0 and len(bounds) == 1:
-        return f"expected a positive {kind.split()[-1]}"
-    return " ".join([f"expected {kind}", *(f"{op} {v}" for op, v in bounds.items())])
-
-
-def _describe(err: Any, loc: Loc, from_env: dict[Loc, str]) -> tuple[Loc, str]:
-    etype, ctx = err["type"], err.get("ctx") or {}
-    if etype == "config_rule":
-        return (*loc, *ctx["key"].split(".")), ctx["message"]
-    if etype == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        known = list(model.model_fields) if model is not None else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(known)
-        return loc[:-1], f"unknown key '{loc[-1]}' ({hint})"
-    if etype in ("value_error", "assertion_error"):
-        return loc, str(err["msg"]).removeprefix("Value error, ")
-    field = _field(_model_at(loc[:-1]), loc[-1]) if loc else None
-    if etype == "literal_error":
-        phrase = f"expected {ctx['expected']}"
-    elif etype in _NUMERIC:
-        phrase = _numeric_phrase(field, etype)
-    else:
-        phrase = _PHRASES.get(etype, str(err["msg"]))
-    if etype == "missing":
-        return loc, phrase
-    value = err.get("input")
-    if loc in from_env:  # never echo what came from the environment: it may be a secret
-        return loc, f"{phrase}, got the value of ${from_env[loc]}"
-    if loc and loc[-1] in _SECRET_KEYS or isinstance(value, dict | list):
-        return loc, phrase
-    return loc, f"{phrase}, got {_show(value)}"
-
-
-def _show(value: Any) -> str:
-    """A value as the user wrote it in YAML (true, null, 'text'), shortened."""
-    if value is None or isinstance(value, bool):
-        return yaml.safe_dump(value).split("\n")[0]
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
-
-
-def _from_validation(
-    exc: ValidationError, source: Path | None, from_env: dict[Loc, str]
-) -> ConfigError:
-    errors = exc.errors()
-    loc, message = _describe(errors[0], tuple(errors[0]["loc"]), from_env)
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return ConfigError(message, source=source, key=dotted(loc) or None)
