@@ -6,15 +6,19 @@ import asyncio
 import logging
 from collections import defaultdict
 
+from agent.engines import resolve_engine_factory
+from agent.providers.factory import build_provider
 from gateway import commands as cmd
 from gateway.auth import Authorizer
 from gateway.config import Config
-from gateway.conversation import Conversations, Outgoing
+from gateway.conversation import AgentSettings, Conversations, Outgoing
+from gateway.providers import main_settings, summary_settings
 from gateway.router import ChatRouter, Job
 from platforms.base import ChatRef, InboundMessage, PlatformAdapter
 from platforms.text import split_message
 from storage.base import SessionStore
 from storage.models import InboundRecord
+from storage.sqlite import SqliteSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -250,12 +254,6 @@ class Gateway:
 
 def create_gateway(config: Config, adapters: list[PlatformAdapter]) -> Gateway:
     """The one place where real objects are built and wired together."""
-    from agent.engines import resolve_engine_factory
-    from agent.providers.factory import build_provider
-    from gateway.conversation import AgentSettings
-    from gateway.providers import main_settings, summary_settings
-    from storage.sqlite import SqliteSessionStore
-
     store = SqliteSessionStore(config.db_path)
     provider = build_provider(main_settings(config))
     aux = summary_settings(config)

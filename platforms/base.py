@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -84,6 +85,4 @@ class PlatformAdapter(ABC):
 
     async def wait_closed(self) -> None:  # noqa: B027
         """Return when the platform ends by itself (console end of input); else never."""
-        import asyncio
-
         await asyncio.Event().wait()

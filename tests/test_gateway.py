@@ -8,7 +8,6 @@ import time
 import aiosqlite
 import pytest
 
-from tests.harness.base import last_user_text
 from tests.harness.fake_openai import FakeOpenAI
 from tests.harness.platform import RecordingPlatform
 from tests.support import close, config_for, started_gateway
@@ -221,9 +220,6 @@ async def test_strangers_are_refused_once_per_hour(tmp_path, fake_openai, platfo
     assert len(platform.texts()) == 1 and "999" in platform.texts()[0]
     assert fake_openai.calls_to("/chat/completions") == []
 
-
-def test_last_user_text_helper_is_what_the_fake_echoes():
-    assert last_user_text([{"role": "user", "content": "x"}]) == "x"
 
 
 async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_openai, platform):
