@@ -126,7 +126,7 @@ class Agent:
             raise TurnFailed(exc.user_message, cause=exc, usage=self._drain_usage()) from exc
 
     async def _run_turn(self) -> TurnResult:
-        self._compacted_from: int | None = None
+        self._compacted_from = None
         notices: list[str] = []
         compacted = False
         if self.compression_enabled and self.engine.should_compress_preflight(self.messages):

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from agent.engines import resolve_engine_factory
 from agent.providers.factory import build_provider
+from agent.tokens import estimate_text
 from gateway import commands as cmd
 from gateway.auth import Authorizer
 from gateway.config import Config
@@ -122,7 +123,7 @@ class Gateway:
                 return f"I can only read text for now, so I could not open that ({kinds})."
             return "That message was empty."
         window = self.conversations.provider.context_length
-        if len(msg.text) / 4 > window * MAX_MESSAGE_SHARE:
+        if estimate_text(msg.text) > window * MAX_MESSAGE_SHARE:
             return (f"That message is too long for this model ({len(msg.text):,} characters; "
                     f"about {int(window * MAX_MESSAGE_SHARE * 4):,} fit). "
                     "Please send it in smaller parts.")

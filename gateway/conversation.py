@@ -175,6 +175,7 @@ class Conversations:
     async def _persist_turn(self, chat_key: str, session: SessionRecord, agent: Agent,
                             result: TurnResult, ids: tuple[int, ...]) -> None:
         new = tuple(new_message(m) for m in result.new_messages)
+        state = agent.engine.export_state()
         compaction = None
         before: tuple[NewMessage, ...] = ()
         after: tuple[NewMessage, ...] = new
@@ -186,11 +187,11 @@ class Conversations:
             else:
                 before, after = new, ()  # the reply closes the parent, then it is compacted
             compaction = Compaction(messages=tuple(new_message(m) for m in kept),
-                                    engine_state=agent.engine.export_state(),
+                                    engine_state=state,
                                     covers=result.compacted_from)
         turn = TurnRecord(before=before, compaction=compaction, after=after, answered=ids,
                           usage=usage_records(result.usage),
-                          engine_state=agent.engine.export_state(),
+                          engine_state=state,
                           last_prompt_tokens=agent.engine.last_prompt_tokens)
         try:
             live = await self.store.record_turn(session.id, turn)
