@@ -71,16 +71,26 @@ def find_config_path(
     ):
         if given:
             path = Path(given).expanduser()
-            if not path.is_file():
+            if not path.exists():
                 raise ConfigError(
                     f"config file not found (from {origin}); check the path", source=path
                 )
-            return path
+            return _regular_file(path)
     home = Path(env.get("HOME") or Path.home())
     for path in (Path("config.yaml"), home / ".config" / "threadline" / "config.yaml"):
-        if path.is_file():
-            return path
+        if path.exists():
+            return _regular_file(path)
     return None
+
+
+def _regular_file(path: Path) -> Path:
+    """Return `path`, or refuse it: a directory where the config belongs is a mistake."""
+    # Skipping it would quietly run on another file or on defaults, and the user would
+    # never learn why their settings are ignored.
+    if not path.is_file():
+        raise ConfigError("exists but is not a regular file; point it at a YAML file",
+                          source=path)
+    return path
 
 
 def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -55,13 +56,13 @@ async def run(store: SessionStore, args: argparse.Namespace) -> int:
         return 0
     if action == "tip":
         if await store.get_session(args.session_id) is None:
-            print(f"threadline: no session {args.session_id}")
+            print(f"threadline: no session {args.session_id}", file=sys.stderr)
             return 1
         print(await store.get_compression_tip(args.session_id))
         return 0
     if action == "show":
         if await store.get_session(args.session_id) is None:
-            print(f"threadline: no session {args.session_id}")
+            print(f"threadline: no session {args.session_id}", file=sys.stderr)
             return 1
         history = await store.load_history(args.session_id)
         if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import sys
 import time
@@ -37,6 +38,11 @@ class ConsoleAdapter(PlatformAdapter):
         self._seq = 0
 
     async def start(self) -> None:
+        # Bytes that are not valid text must not cost the user their line: a strict
+        # decoder would end the chat, and surrogateescape would smuggle lone surrogates
+        # into the store and the provider request. U+FFFD keeps the rest of the line.
+        if isinstance(self._in, io.TextIOWrapper):
+            self._in.reconfigure(errors="replace")
         if self.interactive:
             self._write("Threadline console. Type a message, /help for commands, Ctrl-D to leave.\n")
         self._reader = asyncio.create_task(self._read_loop(), name="console-reader")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.cli_support import threadline
+from tests.cli_support import cli_env, threadline
 from tests.support import write_config
 
 TWO_LINES = "hello\nwhat did I just say?\n"
@@ -61,6 +61,28 @@ async def test_sessions_tip_and_search_from_the_shell(tmp_path, fake_openai):
     assert root in found.out and found.code == 0
 
 
+# Python decodes stdin strictly under a locale like en_US.UTF-8 but with surrogateescape
+# under C or C.UTF-8; PYTHONIOENCODING pins the strict case so both are covered here.
+@pytest.mark.parametrize("io_env", [{}, {"PYTHONIOENCODING": "utf-8:strict"}],
+                         ids=["default", "strict"])
+async def test_piped_line_with_invalid_utf8_is_still_answered(tmp_path, fake_openai, io_env):
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url}))
+    ran = await threadline("chat", "--config", config, stdin=b"caf\xe9 au lait\nnext\n",
+                           home=tmp_path, env=cli_env(tmp_path, **io_env))
+    assert ran.code == 0, ran.err
+    assert "Traceback" not in ran.err
+    assert ran.out.splitlines() == ["echo: caf\ufffd au lait", "echo: next"]
+
+
+@pytest.mark.parametrize("action", ["tip", "show"])
+async def test_unknown_session_is_reported_on_stderr(tmp_path, action):
+    config = str(write_config(tmp_path))
+    ran = await threadline("sessions", action, "no-such-id", "--config", config, home=tmp_path)
+    assert ran.code == 1
+    assert ran.out == ""
+    assert "threadline: no session no-such-id" in ran.err.splitlines()
+
+
 BAD_CONFIGS = {
     "bad_yaml": ("model: {provider: openai\n", "invalid YAML"),
     "unknown_key": ("modle: {}\n", "modle"),
@@ -83,6 +105,17 @@ async def test_bad_configuration_exits_78_with_one_line(tmp_path, case):
     assert len(ran.err.strip().splitlines()) == 1, ran.err
     assert "Traceback" not in ran.err
     assert names in ran.err
+
+
+@pytest.mark.parametrize("where", ["config.yaml", "home/.config/threadline/config.yaml"])
+async def test_config_path_in_the_lookup_that_is_a_directory_is_an_error(tmp_path, where):
+    (tmp_path / where).mkdir(parents=True)
+    env = cli_env(tmp_path, HOME=str(tmp_path / "home"))
+    ran = await threadline("sessions", "list", home=tmp_path, env=env, timeout=60)
+    assert ran.code == 78, ran
+    assert len(ran.err.strip().splitlines()) == 1, ran.err
+    assert "Traceback" not in ran.err
+    assert where in ran.err and "not a regular file" in ran.err
 
 
 async def test_run_with_no_platform_is_a_configuration_error(tmp_path):

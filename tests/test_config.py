@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from gateway.config import (
-    EXIT_CONFIG,
     Config,
     ConfigError,
     check_storage_writable,
@@ -257,7 +256,3 @@ def test_run_needs_a_platform(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "platforms: {console: {enabled: false}}\n"), env={})
     with pytest.raises(ConfigError, match=r"config.yaml: platforms: no platform is enabled"):
         require_platforms(cfg)
-
-
-def test_exit_code_for_configuration_errors() -> None:
-    assert EXIT_CONFIG == 78
