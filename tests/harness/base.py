@@ -267,11 +267,21 @@ def normalize_reply(reply: Reply) -> tuple[str, list[dict[str, Any]]]:
 
 
 class ScriptedModel:
-    """Queued replies first, then the responder (default: echo)."""
+    """Queued replies first, then the responder (default: echo).
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    `token_ratio` is the fake's tokenizer knob: real services count tokens their own way,
+    so prompt sizes (reported usage and the context limit alike) are chars / 4 times it.
+    1.6 plays a tokenizer that counts more than our estimate, 0.7 one that counts fewer.
+    """
+
+    def __init__(self, responder: Responder | None = None, token_ratio: float = 1.0) -> None:
         self.responder: Responder = responder or echo_responder
+        self.token_ratio = token_ratio
         self._queued: deque[Reply] = deque()
+
+    def count_tokens(self, chars: int) -> int:
+        """The service's own count for `chars` characters of prompt."""
+        return math.ceil(chars * self.token_ratio / 4)
 
     def queue_reply(self, *replies: Reply) -> None:
         """Answer the next requests with these replies, in order, before the responder."""

@@ -1,6 +1,6 @@
 """Fake Anthropic Messages server: POST /v1/messages, validating the request like the real API.
 
-Usage is computed from the request: input_tokens = ceil(system + message text chars / 4),
+Usage is computed from the request: input_tokens = ceil(system + message chars × token_ratio / 4),
 output_tokens = ceil(reply chars / 4), cache read/creation 0.
 """
 
@@ -181,9 +181,9 @@ class FakeAnthropic(FakeServer, ScriptedModel):
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
                  enforce_output_room: bool = False, max_output_tokens: int | None = None,
                  api_key: str | None = None, models: list[str] | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 token_ratio: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
         FakeServer.__init__(self, host=host, port=port)
-        ScriptedModel.__init__(self, responder)
+        ScriptedModel.__init__(self, responder, token_ratio)
         self.context_limit = context_limit
         self.enforce_output_room = enforce_output_room
         self.max_output_tokens = max_output_tokens
@@ -211,7 +211,7 @@ class FakeAnthropic(FakeServer, ScriptedModel):
         return anthropic_error(message, _ERROR_TYPES.get(status, "api_error"))
 
     def prompt_tokens(self, body: dict[str, Any]) -> int:
-        return estimate_tokens(request_chars(body))
+        return self.count_tokens(request_chars(body))
 
     def _auth_refusal(self, request: web.Request) -> web.Response | None:
         given = request.headers.get("x-api-key") or request.headers.get(

@@ -1,6 +1,6 @@
 """Fake OpenAI Chat Completions server: POST /v1/chat/completions, GET /v1/models.
 
-Usage is computed from the request: prompt_tokens = ceil(message text chars / 4),
+Usage is computed from the request: prompt_tokens = ceil(message text chars × token_ratio / 4),
 completion_tokens = ceil(reply chars / 4), cached tokens 0.
 """
 
@@ -60,9 +60,9 @@ class FakeOpenAI(FakeServer, ScriptedModel):
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
                  enforce_output_room: bool = False, max_output_tokens: int | None = None,
                  api_key: str | None = None, models: list[str] | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 token_ratio: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
         FakeServer.__init__(self, host=host, port=port)
-        ScriptedModel.__init__(self, responder)
+        ScriptedModel.__init__(self, responder, token_ratio)
         self.context_limit = context_limit
         self.enforce_output_room = enforce_output_room
         self.max_output_tokens = max_output_tokens
@@ -91,7 +91,7 @@ class FakeOpenAI(FakeServer, ScriptedModel):
         return openai_error(message, type_=type_, code=code)
 
     def prompt_tokens(self, body: dict[str, Any]) -> int:
-        return estimate_tokens(request_chars(body))
+        return self.count_tokens(request_chars(body))
 
     async def _models(self, request: web.Request) -> web.Response:
         names = self.models or ["fake-model"]

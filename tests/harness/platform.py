@@ -19,9 +19,12 @@ class Sent:
 class RecordingPlatform(PlatformAdapter):
     """Stands in for a chat service: `say()` delivers a user message, `sent` logs replies."""
 
-    def __init__(self, name: str = "test") -> None:
+    def __init__(self, name: str = "test", *, bot_username: str | None = "threadline_bot"
+                 ) -> None:
         super().__init__()
         self.name = name
+        self.bot_username = bot_username
+        self.failing_sends = 0  # the next N sends fail like a platform outage would
         self.sent: list[Sent] = []
         self.delivered_ids: list[str] = []
         self._changed = asyncio.Condition()
@@ -34,6 +37,9 @@ class RecordingPlatform(PlatformAdapter):
         return None
 
     async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None:
+        if self.failing_sends:
+            self.failing_sends -= 1
+            raise ConnectionError("the platform is unreachable")
         async with self._changed:
             self.sent.append(Sent(chat.key, text, reply_to))
             self._changed.notify_all()

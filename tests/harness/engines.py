@@ -1,0 +1,67 @@
+"""Context engines written to the documented plugin contract, for gateway tests.
+
+They are installed the way an operator installs a plugin: a directory under
+`<data_dir>/plugins/context_engine/<name>/` whose `__init__.py` imports from here. Their
+compaction is trivially visible in the store: it drops the oldest turn, so every
+compaction that runs makes a continuation with one message fewer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.context_engine import ContextEngine
+
+
+class DropOldest(ContextEngine):
+    """The documented signature exactly: `compress(messages, current_tokens, focus_topic)`."""
+
+    def __init__(self, settings: Any) -> None:
+        self.context_length = settings.context_length
+        self.threshold_tokens = int(settings.context_length * 0.85)
+
+    @property
+    def name(self) -> str:
+        return "drop-oldest"
+
+    def update_from_response(self, usage: Any) -> None:
+        self.last_prompt_tokens = usage.prompt_tokens
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        return tokens >= self.threshold_tokens
+
+    def drop(self, messages: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+        start = 1 if messages and messages[0].get("role") == "system" else 0
+        keep_from = min(start + count, len(messages) - 1)  # the newest message always stays
+        if keep_from <= start:
+            return list(messages)
+        self.compression_count += 1
+        return [*messages[:start], *messages[keep_from:]]
+
+    async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
+                       focus_topic: str | None = None) -> list[dict[str, Any]]:
+        return self.drop(list(messages), 1)
+
+
+class ForceAware(DropOldest):
+    """Declares the optional keyword `force`: a manual /compress drops two turns, not one."""
+
+    @property
+    def name(self) -> str:
+        return "force-aware"
+
+    async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
+                       focus_topic: str | None = None, *, force: bool = False
+                       ) -> list[dict[str, Any]]:
+        return self.drop(list(messages), 2 if force else 1)
+
+
+def install_plugin(data_dir: Path, name: str, cls: str) -> None:
+    """Put engine `cls` of this module in the plugin directory as context engine `name`."""
+    directory = data_dir / "plugins" / "context_engine" / name
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "__init__.py").write_text(
+        f"from tests.harness.engines import {cls}\n\n\n"
+        f"def create_engine(settings):\n    return {cls}(settings)\n")
