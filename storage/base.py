@@ -42,6 +42,13 @@ class SessionStore(ABC):
         """Start a fresh chain for chat_key (ending nothing); `system_message` becomes seq 0."""
 
     @abstractmethod
+    async def open_session(self, chat_key: str, *, model: str | None,
+                           system_prompt: str | None,
+                           system_message: NewMessage | None = None) -> SessionRecord:
+        """The chat's live session, or a new root made in the same transaction: two callers
+        racing on a new chat (a command and a message) always get the same session."""
+
+    @abstractmethod
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
     @abstractmethod
@@ -68,6 +75,10 @@ class SessionStore(ABC):
     @abstractmethod
     async def load_history(self, session_id: str) -> list[StoredMessage]:
         """The session's own messages in seq order (for a continuation: the compacted view)."""
+
+    @abstractmethod
+    async def message(self, row_id: int) -> StoredMessage | None:
+        """One stored message by its row id (a pending reply, for redelivery)."""
 
     @abstractmethod
     async def append_messages(self, session_id: str,
@@ -99,13 +110,19 @@ class SessionStore(ABC):
         """Append the inbound messages to the session and mark them taken, atomically."""
 
     @abstractmethod
+    async def find_inbound(self, platform: str, chat_id: str,
+                           message_id: str) -> InboundRecord | None:
+        """The ledger row of one platform message, if it was ever ingested."""
+
+    @abstractmethod
     async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
                                   text: str) -> str | None:
         """An edit: replace the text if still pending; return the status found (or None)."""
 
     @abstractmethod
     async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
-        """Close ledger rows that never become a turn (commands, ignored input): answered|failed."""
+        """Finish open ledger rows: `answered` once the platform accepted the reply (their
+        message rows in live sessions too), or `failed`. A finished row never changes again."""
 
     @abstractmethod
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
@@ -113,7 +130,8 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def open_inbound(self) -> list[InboundRecord]:
-        """Inbound rows still pending or taken (not answered, not failed), oldest first."""
+        """Inbound rows still pending or taken (not answered, not failed), oldest first; a
+        taken row with `reply_row_id` has its reply stored but not yet delivered."""
 
     # --- usage -----------------------------------------------------------------------
     @abstractmethod

@@ -80,6 +80,9 @@ class InboundRecord:
     status: str  # pending | taken | answered | failed
     message_row_id: int | None = None  # the messages row once appended to a session
     extra: dict[str, Any] = field(default_factory=dict)  # is_group, thread_id, ...
+    # The stored reply while it is not yet delivered (status stays `taken` until the
+    # platform accepted it); recovery sends it instead of asking the model again.
+    reply_row_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,12 @@ class Compaction:
     # (another process's turn) are carried into the continuation after the compacted ones,
     # so a compaction computed from a stale history never drops a turn. None: no carry-over.
     covers: int | None = None
+    # For each of `messages`, the position of the message it copies verbatim in the
+    # transcript it was made from (None for new ones such as the summary). Positions below
+    # `covers` are the parent's seqs; the rest count on through this turn's `before`. A
+    # copy keeps the original's metadata (platform id, answered flag, sender), and inbound
+    # rows that pointed at the original point at the copy, so the ended parent never changes.
+    sources: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,17 +132,19 @@ class TurnRecord:
     Order of effects: `before` is appended to the session; then, if `compaction` is set,
     the session ends with end_reason='compression' and its continuation is created holding
     `compaction.messages`; then `after` is appended to the live session (the child when a
-    compaction happened). `answered` inbound ids are marked answered (their message rows
-    too); `failed` inbound ids are marked failed; usage rows are attributed to the session
-    that was live when they were spent (parent for before/compaction, child for after is
-    acceptable: totals are chain-wide); `engine_state` and `last_prompt_tokens` are saved
-    on the session that is live at the end.
+    compaction happened). `failed` inbound ids are marked failed; usage rows are attributed
+    to the session that was live when they were spent (parent for before/compaction, child
+    for after is acceptable: totals are chain-wide); `engine_state` and `last_prompt_tokens`
+    are saved on the session that is live at the end.
+
+    `replied` inbound rows get the turn's last message as their stored reply; they stay
+    `taken` until `finish_inbound(..., "answered")` says the platform accepted it.
     """
 
     before: tuple[NewMessage, ...] = ()
     compaction: Compaction | None = None
     after: tuple[NewMessage, ...] = ()
-    answered: tuple[int, ...] = ()  # inbound ids
+    replied: tuple[int, ...] = ()  # inbound ids
     failed: tuple[int, ...] = ()  # inbound ids
     usage: tuple[UsageRecord, ...] = ()
     engine_state: dict[str, Any] | None = None

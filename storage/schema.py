@@ -120,7 +120,13 @@ _V2_SEARCH = (
     "INSERT INTO messages_fts(rowid, body) SELECT id, body FROM message_text",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH)
+# A reply is stored before it is sent; until the platform accepts it the inbound row stays
+# `taken` and points at it, so a restart delivers the stored reply instead of losing it.
+_V3_PENDING_REPLY = (
+    "ALTER TABLE inbound ADD COLUMN reply_row_id INTEGER REFERENCES messages(id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

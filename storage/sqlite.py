@@ -123,20 +123,21 @@ class SqliteSessionStore(SessionStore):
     async def create_root_session(self, chat_key: str, *, model: str | None,
                                   system_prompt: str | None,
                                   system_message: NewMessage | None = None) -> SessionRecord:
+        return await self._write(
+            lambda db: ops.new_root(db, chat_key, model, system_prompt, system_message))
+
+    async def open_session(self, chat_key: str, *, model: str | None,
+                           system_prompt: str | None,
+                           system_message: NewMessage | None = None) -> SessionRecord:
+        """The chat's live session; a new root only when there is none, in one transaction."""
+        params = {"key": chat_key, "max_depth": ops.MAX_CHAIN_DEPTH}
+
         async def work(db: Db) -> SessionRecord:
-            now = time.time()
-            session_id = ops.new_session_id(now)
-            await db.execute(
-                "INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)"
-                " VALUES (?, ?, 'root', ?, ?, ?)",
-                (session_id, chat_key, now, model, system_prompt))
-            if system_message is not None:
-                await ops.append(db, session_id, [system_message], now)
-            await db.execute(
-                "INSERT INTO chats (chat_key, session_id, updated_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,"
-                " updated_at = excluded.updated_at", (chat_key, session_id, now))
-            return await ops.require_session(db, session_id)
+            row = await ops.fetch_one(db, ops.LIVE_SESSION, params)
+            record = ops.session_record(row) if row else None
+            if record is not None and record.live:
+                return record
+            return await ops.new_root(db, chat_key, model, system_prompt, system_message)
         return await self._write(work)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -187,6 +188,11 @@ class SqliteSessionStore(SessionStore):
         return await self._read(
             lambda db: ops.fetch_all(db, sql, (session_id,), ops.stored_message))
 
+    async def message(self, row_id: int) -> StoredMessage | None:
+        sql = f"SELECT {ops.MESSAGE_COLUMNS} FROM messages WHERE id = ?"
+        found = await self._read(lambda db: ops.fetch_all(db, sql, (row_id,), ops.stored_message))
+        return found[0] if found else None
+
     async def append_messages(self, session_id: str,
                               messages: list[NewMessage]) -> list[StoredMessage]:
         """Append after the session's last seq; ContinuationConflict if it was continued."""
@@ -207,8 +213,9 @@ class SqliteSessionStore(SessionStore):
             if turn.compaction is not None:
                 live_id = await ops.continue_session(db, session_id, turn.compaction, now,
                                                      len(before))
-            await ops.append(db, live_id, turn.after, now)
-            await ops.mark_inbound(db, turn.answered, turn.failed)
+            after = await ops.append(db, live_id, turn.after, now)
+            await ops.set_reply(db, turn.replied, (after or before or [None])[-1])
+            await ops.mark_inbound(db, (), turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
             await ops.insert_usage(db, session_id, turn.usage, now)
             return await ops.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
@@ -262,6 +269,14 @@ class SqliteSessionStore(SessionStore):
             await ops.take_inbound(db, inbound_ids, stored)
             return stored
         return await self._write(work)
+
+    async def find_inbound(self, platform: str, chat_id: str,
+                           message_id: str) -> InboundRecord | None:
+        sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"
+               " WHERE platform = ? AND chat_id = ? AND message_id = ?")
+        found = await self._read(lambda db: ops.fetch_all(
+            db, sql, (platform, chat_id, message_id), ops.inbound_record))
+        return found[0] if found else None
 
     async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
                                   text: str) -> str | None:

@@ -3,6 +3,7 @@ codecs they share. `SqliteSessionStore` owns the connection, the lock and the re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import secrets
@@ -70,7 +71,7 @@ SESSION_COLUMNS = _SESSION_COLUMNS_OF.format(s="s")
 LIVE_SESSION = (_TIP.format(start="SELECT session_id FROM chats WHERE chat_key = :key")
                 + f"SELECT {SESSION_COLUMNS} FROM tip JOIN sessions AS s ON s.id = tip.id")
 INBOUND_COLUMNS = """id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,
-    received_at, status, message_row_id, extra"""
+    received_at, status, message_row_id, extra, reply_row_id"""
 # Everything of a messages row but its id, session and position.
 _MESSAGE_FIELDS = """role, content, content_format, tool_calls, tool_call_id, tool_name, extra, tokens,
     created_at, platform_message_id, answered, sender_id, sender_name"""
@@ -201,6 +202,24 @@ async def require_session(db: aiosqlite.Connection, session_id: str) -> SessionR
     return record
 
 
+async def new_root(db: aiosqlite.Connection, chat_key: str, model: str | None,
+                   system_prompt: str | None, system_message: NewMessage | None
+                   ) -> SessionRecord:
+    """Insert a root session (with its system message at seq 0) and make it the chat's."""
+    now = time.time()
+    session_id = new_session_id(now)
+    await db.execute(
+        "INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)"
+        " VALUES (?, ?, 'root', ?, ?, ?)", (session_id, chat_key, now, model, system_prompt))
+    if system_message is not None:
+        await append(db, session_id, [system_message], now)
+    await db.execute(
+        "INSERT INTO chats (chat_key, session_id, updated_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,"
+        " updated_at = excluded.updated_at", (chat_key, session_id, now))
+    return await require_session(db, session_id)
+
+
 async def end_reason_of(db: aiosqlite.Connection, session_id: str) -> str | None:
     """None while the session is live; StoreError when there is no such session."""
     row = await fetch_one(db, "SELECT end_reason FROM sessions WHERE id = ?", (session_id,))
@@ -281,13 +300,75 @@ async def continue_session(db: aiosqlite.Connection, parent_id: str, compaction:
         if "parent_session_id" in str(exc):  # sessions_one_continuation: a racing writer won
             raise ContinuationConflict(f"session {parent_id} was already continued") from exc
         raise
-    await append(db, child_id, compaction.messages, now)
+    parent_seqs = await _source_seqs(db, parent_id, compaction, turn_messages)
+    copied = await _with_metadata(db, parent_id, compaction.messages, parent_seqs)
+    stored = await append(db, child_id, copied, now)
+    await _repoint_inbound(db, parent_id, stored, parent_seqs)
     if compaction.covers is not None:
         await _carry_over(db, parent_id, child_id, compaction, turn_messages)
     await db.execute("UPDATE chats SET session_id = ?, updated_at = ? WHERE session_id = ?"
                      " AND chat_key = (SELECT chat_key FROM sessions WHERE id = ?)",
                      (child_id, now, parent_id, parent_id))
     return child_id
+
+
+async def _source_seqs(db: aiosqlite.Connection, parent_id: str, compaction: Compaction,
+                       turn_messages: int) -> list[int | None]:
+    """The parent seq each compaction message copies (None: a new message)."""
+    if not any(s is not None for s in compaction.sources):
+        return [None] * len(compaction.messages)
+    covers = compaction.covers
+    turn_start = 0
+    if covers is not None:  # this turn's `before` starts after everything else stored
+        row = await fetch_one(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?",
+                              (parent_id,))
+        turn_start = row[0] - turn_messages
+    seqs: list[int | None] = []
+    for source in compaction.sources:
+        if source is None or covers is None or source < covers:
+            seqs.append(source)
+        else:
+            seqs.append(turn_start + source - covers)
+    return seqs
+
+
+_META = "platform_message_id, answered, sender_id, sender_name"
+
+
+async def _with_metadata(db: aiosqlite.Connection, parent_id: str,
+                         messages: Sequence[NewMessage], seqs: Sequence[int | None]
+                         ) -> list[NewMessage]:
+    """Copies keep what the store knows about their original beside the message itself."""
+    wanted = [s for s in seqs if s is not None]
+    if not wanted:
+        return list(messages)
+    found = await db.execute_fetchall(
+        f"SELECT seq, {_META} FROM messages WHERE session_id = ? AND seq {IN_IDS}",
+        (parent_id, json.dumps(wanted)))
+    meta = {row[0]: row[1:] for row in found}
+    out: list[NewMessage] = []
+    for message, seq in zip(messages, seqs, strict=True):
+        values = meta.get(seq) if seq is not None else None
+        if values is not None and any(v is not None for v in values):
+            pid, answered, sender_id, sender_name = values
+            message = dataclasses.replace(
+                message, platform_message_id=pid,
+                answered=None if answered is None else bool(answered),
+                sender_id=sender_id, sender_name=sender_name)
+        out.append(message)
+    return out
+
+
+async def _repoint_inbound(db: aiosqlite.Connection, parent_id: str,
+                           stored: Sequence[StoredMessage], seqs: Sequence[int | None]) -> None:
+    """Inbound rows that pointed at an original point at its copy in the continuation."""
+    pairs = [(m.id, seq) for m, seq in zip(stored, seqs, strict=True)
+             if seq is not None and m.platform_message_id is not None]
+    if pairs:
+        await db.executemany(
+            "UPDATE inbound SET message_row_id = ? WHERE message_row_id ="
+            " (SELECT id FROM messages WHERE session_id = ? AND seq = ?)",
+            [(row_id, parent_id, seq) for row_id, seq in pairs])
 
 
 async def _carry_over(db: aiosqlite.Connection, parent_id: str, child_id: str,
@@ -307,17 +388,34 @@ async def _carry_over(db: aiosqlite.Connection, parent_id: str, child_id: str,
             (child_id, len(compaction.messages), parent_id, unseen, covers))
 
 
+_OPEN = "status IN ('pending', 'taken')"
+
+
 async def mark_inbound(db: aiosqlite.Connection, answered: Sequence[int],
                        failed: Sequence[int]) -> None:
-    """Answered rows and their messages rows become answered; failed ones only failed."""
+    """Finish open rows: answered (their message rows too, in live sessions) or failed.
+
+    A finished row never changes again, so a late stop cannot turn a delivered reply into
+    a failure, and an ended session's messages are never touched.
+    """
     if answered:
         ids = json.dumps(list(answered))
-        await db.execute(f"UPDATE inbound SET status = 'answered' WHERE id {IN_IDS}", (ids,))
-        await db.execute("UPDATE messages SET answered = 1 WHERE id IN"
-                         f" (SELECT message_row_id FROM inbound WHERE id {IN_IDS})", (ids,))
+        await db.execute("UPDATE messages SET answered = 1 WHERE id IN (SELECT message_row_id"
+                         f" FROM inbound WHERE id {IN_IDS} AND {_OPEN}) AND session_id IN"
+                         " (SELECT id FROM sessions WHERE end_reason IS NULL)", (ids,))
+        await db.execute(f"UPDATE inbound SET status = 'answered' WHERE id {IN_IDS} AND {_OPEN}",
+                         (ids,))
     if failed:
-        await db.execute(f"UPDATE inbound SET status = 'failed' WHERE id {IN_IDS}",
+        await db.execute(f"UPDATE inbound SET status = 'failed' WHERE id {IN_IDS} AND {_OPEN}",
                          (json.dumps(list(failed)),))
+
+
+async def set_reply(db: aiosqlite.Connection, inbound_ids: Sequence[int],
+                    reply: StoredMessage | None) -> None:
+    """Point taken rows at their stored, not yet delivered, reply."""
+    if inbound_ids and reply is not None:
+        await db.execute(f"UPDATE inbound SET reply_row_id = ? WHERE id {IN_IDS}"
+                         " AND status = 'taken'", (reply.id, json.dumps(list(inbound_ids))))
 
 
 async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],

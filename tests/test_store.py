@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -260,10 +261,37 @@ async def test_inbound_goes_pending_taken_answered(store: SqliteSessionStore) ->
     assert [(r.status, r.message_row_id) for r in opened] == [
         ("taken", stored[0].id), ("taken", stored[1].id)]
     await store.record_turn(session.id, TurnRecord(after=(msg("assistant", "both"),),
-                                                   answered=(one.id,), failed=(two.id,)))
+                                                   replied=(one.id,), failed=(two.id,)))
+    # The reply is stored but not yet accepted by the platform: the row stays open.
+    [waiting] = await store.open_inbound()
+    reply = await store.message(waiting.reply_row_id)
+    assert (waiting.id, waiting.status, reply.message["content"]) == (one.id, "taken", "both")
+    await store.finish_inbound([one.id], "answered")
     assert await store.open_inbound() == []
     history = await store.load_history(session.id)
     assert [h.answered for h in history] == [True, False, None]
+
+
+async def test_a_finished_ledger_row_never_changes_again(store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    row = await _ingest(store, "1", "question")
+    await store.take_inbound([row.id], session.id, [msg("user", "question")])
+    await store.finish_inbound([row.id], "answered")
+    await store.finish_inbound([row.id], "failed")  # a stop that came too late
+    await store.record_turn(session.id, TurnRecord(failed=(row.id,)))
+    [found] = await store.inbound([row.id])
+    assert found.status == "answered"
+    assert [h.answered for h in await store.load_history(session.id)] == [True]
+
+
+async def test_two_stores_opening_a_new_chat_at_once_share_one_root(tmp_path) -> None:
+    path = tmp_path / "shared.db"
+    async with SqliteSessionStore(path) as first, SqliteSessionStore(path) as second:
+        opened = await asyncio.gather(*[
+            s.open_session("telegram:7", model=None, system_prompt=None)
+            for s in (first, second, first, second)])
+        assert len({s.id for s in opened}) == 1
+        assert len(await first.list_sessions("telegram:7")) == 1
 
 
 async def test_coalesced_inbound_rows_link_to_the_merged_message(

@@ -77,7 +77,7 @@ async def test_compaction_ends_the_parent_and_starts_the_linked_child(
         compaction=Compaction(messages=(msg("system", "be brief"), msg("user", "[summary]")),
                               engine_state={"previous_summary": "[summary]"}),
         after=(msg("assistant", "after the squeeze"),),
-        answered=(row.id,), engine_state={"strikes": 0}, last_prompt_tokens=321)
+        replied=(row.id,), engine_state={"strikes": 0}, last_prompt_tokens=321)
     child = await store.record_turn(parent.id, turn)
 
     ended = await store.get_session(parent.id)
@@ -96,8 +96,37 @@ async def test_compaction_ends_the_parent_and_starts_the_linked_child(
     parent_history = await store.load_history(parent.id)
     assert [m.message["content"] for m in parent_history] == [
         "be brief", "question", "long answer"]
-    assert parent_history[1].id == taken.id and parent_history[1].answered is True
+    [waiting] = await store.open_inbound()
+    assert (await store.message(waiting.reply_row_id)).message["content"] == "after the squeeze"
+    await store.finish_inbound([row.id], "answered")  # the platform accepted the reply
     assert await store.open_inbound() == []
+    # The question was summarized away, not copied: its row in the ended parent stays as
+    # it was when the parent ended.
+    assert parent_history[1].id == taken.id
+    assert (await store.load_history(parent.id))[1].answered is False
+
+
+async def test_a_copy_in_the_continuation_keeps_its_metadata_and_takes_the_answer(
+        store: SqliteSessionStore) -> None:
+    parent = await root(store)
+    row = await store.ingest(platform="telegram", chat_id="42", message_id="9", chat_key=CHAT,
+                             text="question", sender_id="u", sender_name="Ada")
+    [taken] = await store.take_inbound([row.id], parent.id, [
+        msg("user", "question", platform_message_id="9", sender_id="u", sender_name="Ada")])
+    # system (seq 0) and the question (seq 1) are kept verbatim; the summary is new.
+    compaction = Compaction(messages=(msg("system", "be brief"), msg("user", "[summary]"),
+                                      msg("user", "question")),
+                            covers=2, sources=(0, None, 1))
+    child = await store.record_turn(parent.id, TurnRecord(
+        compaction=compaction, after=(msg("assistant", "answer"),), replied=(row.id,)))
+    await store.finish_inbound([row.id], "answered")
+    copy = (await store.load_history(child.id))[2]
+    assert (copy.platform_message_id, copy.sender_id, copy.sender_name, copy.answered) == (
+        "9", "u", "Ada", True)
+    [ledger] = await store.inbound([row.id])
+    assert ledger.message_row_id == copy.id
+    original = (await store.load_history(parent.id))[1]
+    assert original.id == taken.id and original.answered is False
 
 
 async def test_a_failing_turn_writes_nothing_at_all(store: SqliteSessionStore) -> None:
@@ -121,7 +150,7 @@ async def test_a_second_continuation_of_the_same_parent_is_refused_and_writes_no
     before = snapshot(store)
     second = TurnRecord(before=(msg("assistant", "fork?"),),
                         compaction=Compaction(messages=(msg("user", "other summary"),)),
-                        answered=(row.id,),
+                        replied=(row.id,),
                         usage=(UsageRecord("m", "summary", input_tokens=99),))
     with pytest.raises(ContinuationConflict):
         await store.record_turn(parent.id, second)
