@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,17 +29,32 @@ class UsageEntry:
 
 
 @dataclass(frozen=True)
+class Compacted:
+    """The transcript a compaction left: the continuation's history, ready to store."""
+
+    messages: tuple[dict[str, Any], ...]
+    # How many messages of the session as stored before this turn it was made from.
+    covers: int
+    # Per message, its position in (stored history + this turn's `before`) when it is a
+    # verbatim copy, else None (the summary, a shortened tool call): copies keep metadata.
+    sources: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
 class TurnResult:
-    """What a turn produced; the gateway persists it in one transaction."""
+    """What a turn produced, already split the way it is stored (one transaction).
+
+    `before` closes the old session (messages written before a compaction that happened
+    after them), `compaction` is the continuation's history, `after` goes to the live
+    session. Without a compaction everything new is in `after`.
+    """
 
     reply: str
-    new_messages: tuple[dict[str, Any], ...]  # assistant (and tool) messages of this turn
-    compaction: tuple[dict[str, Any], ...] | None = None  # the compacted live transcript
-    compacted_before_reply: bool = True  # False: compaction ran after the reply (post-turn)
-    compacted_from: int | None = None  # transcript length the (first) compaction started from
+    before: tuple[dict[str, Any], ...] = ()
+    compaction: Compacted | None = None
+    after: tuple[dict[str, Any], ...] = ()
     usage: tuple[UsageEntry, ...] = ()
     notices: tuple[str, ...] = ()
-    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,11 +62,18 @@ class CompactResult:
     """A manual or hygiene compaction outside a model turn."""
 
     before: tuple[dict[str, Any], ...]
-    after: tuple[dict[str, Any], ...]
-    changed: bool
+    compaction: Compacted | None  # None: nothing changed
     usage: tuple[UsageEntry, ...] = ()
     notices: tuple[str, ...] = ()
     report: CompressionReport | None = None  # None when the engine was not asked
+
+    @property
+    def after(self) -> tuple[dict[str, Any], ...]:
+        return self.compaction.messages if self.compaction else self.before
+
+    @property
+    def changed(self) -> bool:
+        return self.compaction is not None
 
 
 class TurnFailed(AgentError):
@@ -86,7 +109,9 @@ class Agent:
         self.compression_enabled = compression_enabled
         self.messages: Transcript = engine.new_transcript()
         self._usage: list[UsageEntry] = []
-        self._compacted_from: int | None = None
+        self._new: list[dict[str, Any]] = []  # what this turn added to the transcript
+        self._split: int | None = None  # len(_new) at the last compaction of this turn
+        self._accepts_force = accepts_keyword(engine.compress, "force")
         remembered = self.limits.windows.get(provider.model)
         if remembered and remembered < engine.context_length:
             engine.update_model(provider.model, remembered)
@@ -113,20 +138,46 @@ class Agent:
         report = self.engine.last_report
         return tuple(report.notices) if report else ()
 
+    def _add(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self._new.append(message)
+
+    def _compacted(self, stored: list[dict[str, Any]]) -> Compacted | None:
+        """The continuation to store if this turn compacted, from the turn's bookkeeping."""
+        if self._split is None:
+            return None
+        before = self._new[:self._split]
+        after_count = len(self._new) - self._split
+        kept = list(self.messages)[:len(self.messages) - after_count]
+        # Positions by identity: a message the engine kept verbatim is the same object.
+        origin = {id(m): i for i, m in enumerate([*stored, *before])}
+        return Compacted(tuple(kept), covers=len(stored),
+                         sources=tuple(origin.get(id(m)) for m in kept))
+
     # --- a model turn -------------------------------------------------------------------
     async def run_turn(self) -> TurnResult:
         """Answer the transcript as it stands (the user messages are already appended)."""
-        snapshot, state = self.messages.as_list(), self.engine.export_state()
+        stored, state = self.messages.as_list(), self.engine.export_state()
+        self._new, self._split = [], None
         try:
-            return await self._run_turn()
+            reply, notices = await self._run_turn()
         except AgentError as exc:
             # A failed turn changes nothing: the next turn starts from the same transcript.
-            self.messages.replace(snapshot)
+            self.messages.replace(stored)
             self.engine.restore_state(state)
             raise TurnFailed(exc.user_message, cause=exc, usage=self._drain_usage()) from exc
+        compaction = self._compacted(stored)
+        split = self._split or 0
+        return TurnResult(
+            reply=reply,
+            before=tuple(self._new[:split]) if compaction else (),
+            compaction=compaction,
+            after=tuple(self._new[split:]) if compaction else tuple(self._new),
+            usage=self._drain_usage(),
+            notices=tuple(notices),
+        )
 
-    async def _run_turn(self) -> TurnResult:
-        self._compacted_from = None
+    async def _run_turn(self) -> tuple[str, list[str]]:
         notices: list[str] = []
         compacted = False
         if self.compression_enabled and self.engine.should_compress_preflight(self.messages):
@@ -137,36 +188,25 @@ class Agent:
         # Calibrate on the request as sent, before the reply joins the transcript.
         self.engine.calibrate(self.engine.raw_request_estimate(self.messages), prompt_tokens)
         self.engine.update_from_response(completion.usage)
-        reply_message = completion.message
-        self.messages.append(reply_message)
-        post_turn = False
+        self._add(completion.message)
         if (self.compression_enabled and not compacted
                 and self.engine.should_compress(prompt_tokens)):
-            post_turn = await self._compress(notices, current_tokens=prompt_tokens)
-        return TurnResult(
-            reply=completion.text,
-            new_messages=(reply_message,),
-            compaction=tuple(self.messages) if (compacted or post_turn) else None,
-            compacted_before_reply=not post_turn,
-            compacted_from=self._compacted_from,
-            usage=self._drain_usage(),
-            notices=tuple(notices),
-            prompt_tokens=prompt_tokens,
-        )
+            await self._compress(notices, current_tokens=prompt_tokens)
+        return completion.text, notices
 
     async def _compress(self, notices: list[str], *, current_tokens: int | None = None,
                         focus_topic: str | None = None, force: bool = False) -> bool:
-        after = await self.engine.compress(self.messages, current_tokens=current_tokens,
-                                           focus_topic=focus_topic, force=force)
+        kwargs: dict[str, Any] = {"current_tokens": current_tokens, "focus_topic": focus_topic}
+        if self._accepts_force:
+            kwargs["force"] = force
+        after = await self.engine.compress(self.messages, **kwargs)
         notices.extend(self._notices())
         report = self.engine.last_report
         changed = report.changed if report else list(after) != self.messages.as_list()
         if changed:
-            if self._compacted_from is None:
-                self._compacted_from = len(self.messages)
+            self._split = len(self._new)
             self.messages.replace(after)
         return changed
-
     async def _complete_with_recovery(self, notices: list[str]) -> tuple[Completion, bool]:
         """Call the model; on overflow compact and retry (≤ 3), on an output cap shrink it."""
         compacted = False
@@ -208,10 +248,20 @@ class Agent:
     # --- compaction outside a turn ---------------------------------------------------------
     async def compact(self, focus_topic: str | None = None, *, force: bool = True) -> CompactResult:
         """Manual /compress (force) or gateway hygiene (not forced)."""
-        before = tuple(self.messages)
-        self._compacted_from = None
+        stored = self.messages.as_list()
+        self._new, self._split = [], None
         notices: list[str] = []
-        changed = await self._compress(notices, focus_topic=focus_topic, force=force)
-        return CompactResult(before=before, after=tuple(self.messages), changed=changed,
+        await self._compress(notices, focus_topic=focus_topic, force=force)
+        return CompactResult(before=tuple(stored), compaction=self._compacted(stored),
                              usage=self._drain_usage(), notices=tuple(notices),
                              report=self.engine.last_report)
+
+
+def accepts_keyword(function: Any, name: str) -> bool:
+    """Whether `function` can take keyword `name` (declared, or through **kwargs)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+               or p.kind is p.VAR_KEYWORD for p in parameters)

@@ -97,7 +97,12 @@ class ContextEngine(ABC):
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
                        focus_topic: str | None = None, *, force: bool = False
                        ) -> list[dict[str, Any]]:
-        """Return a new, valid message list; never mutate the input. Sets `last_report`."""
+        """Return a new, valid message list; never mutate the input. Sets `last_report`.
+
+        `force` is optional for engines: the host passes it only to an engine whose
+        `compress` declares it (True for a manual /compress, which should bypass guards
+        such as cooldowns); an engine written to the three-argument form never sees it.
+        """
 
     def new_transcript(self, messages: Sequence[dict[str, Any]] = (), *,
                        system_prompt: str | None = None,

@@ -45,7 +45,7 @@ class {cls}(ContextEngine):
     def should_compress(self, prompt_tokens=None):
         return False
 
-    async def compress(self, messages, current_tokens=None, focus_topic=None, *, force=False):
+    async def compress(self, messages, current_tokens=None, focus_topic=None):
         return list(messages)
 '''
 
@@ -67,8 +67,7 @@ class KeepEverything(ContextEngine):
         return False
 
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
-                       focus_topic: str | None = None, *, force: bool = False
-                       ) -> list[dict[str, Any]]:
+                       focus_topic: str | None = None) -> list[dict[str, Any]]:
         return list(messages)
 
 
