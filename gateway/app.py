@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
 
 from agent.engines import resolve_engine_factory
 from agent.providers.factory import build_provider
@@ -12,11 +11,11 @@ from agent.tokens import estimate_text
 from gateway import commands as cmd
 from gateway.auth import Authorizer
 from gateway.config import Config
-from gateway.conversation import AgentSettings, Conversations, Outgoing
+from gateway.conversation import AgentSettings, Conversations
 from gateway.providers import main_settings, summary_settings
-from gateway.router import ChatRouter, Job
-from platforms.base import ChatRef, InboundMessage, PlatformAdapter
-from platforms.text import split_message
+from gateway.router import ChatRouter, CommandJob, MessageJob, Running
+from gateway.worker import GENERIC_FAILURE, ChatWorker, recovery_jobs
+from platforms.base import InboundMessage, PlatformAdapter
 from storage.base import SessionStore
 from storage.models import InboundRecord
 from storage.sqlite import SqliteSessionStore
@@ -24,9 +23,7 @@ from storage.sqlite import SqliteSessionStore
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
-TYPING_REFRESH_S = 4.0
 MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
-GENERIC_FAILURE = "Sorry, something went wrong on my side. Please try again."
 
 
 class Gateway:
@@ -39,7 +36,8 @@ class Gateway:
         self.conversations = conversations
         self.adapters = {a.name: a for a in adapters}
         self.auth = Authorizer(config)
-        self.router = ChatRouter(self._process, coalesce_ms=config.gateway.coalesce_ms)
+        self.worker = ChatWorker(store, conversations, self.adapters)
+        self.router = ChatRouter(self.worker.process, coalesce_ms=config.gateway.coalesce_ms)
         self._started: list[PlatformAdapter] = []
 
     # --- lifecycle --------------------------------------------------------------------
@@ -83,38 +81,55 @@ class Gateway:
             await self._handle(msg)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
-            await self.send(msg.chat, GENERIC_FAILURE, msg.message_id)
-            await self._delivered(msg.chat, (msg.message_id,))
+            await self.worker.send(msg.chat, GENERIC_FAILURE, msg.message_id)
+            await self.worker.delivered(msg.chat, (msg.message_id,))
 
     async def _handle(self, msg: InboundMessage) -> None:
-        if msg.is_bot:
-            return  # other bots, and our own echoes
-        if msg.is_group and not (msg.addressed_to_bot or msg.reply_to_bot):
-            return  # unaddressed group chatter never reaches the model
+        command = cmd.parse_command(msg.text)
+        if not self._addressed(msg, command):
+            return await self.worker.delivered(msg.chat, (msg.message_id,))  # nothing to say
         if not self.auth.is_allowed(msg):
             refusal = self.auth.refusal(msg)
             if refusal:
-                await self.send(msg.chat, refusal, msg.message_id)
-            return await self._delivered(msg.chat, (msg.message_id,))
+                await self.worker.send(msg.chat, refusal, msg.message_id)
+            return await self.worker.delivered(msg.chat, (msg.message_id,))
         if msg.is_edit:
             return await self._edit(msg)
         record = await self.store.ingest(
             platform=msg.platform, chat_id=msg.chat_id, message_id=msg.message_id,
             chat_key=msg.chat_key, text=msg.text, sender_id=msg.user_id,
             sender_name=msg.user_name,
-            extra={"thread_id": msg.thread_id, "is_group": msg.is_group})
+            extra={"thread_id": msg.thread_id, "is_group": msg.is_group,
+                   "admin_hint": msg.is_admin_hint})
         if record is None:
             log.info("ignoring redelivered message %s in %s", msg.message_id, msg.chat_key)
-            return await self._delivered(msg.chat, (msg.message_id,))
-        command = cmd.parse_command(msg.text)
+            return await self.worker.delivered(msg.chat, (msg.message_id,))
+        await self._route(msg, record, command)
+
+    def _addressed(self, msg: InboundMessage, command: cmd.Command | None) -> bool:
+        """Whether the message is for us at all; everything else is ignored unanswered."""
+        if msg.is_bot:
+            return False  # other bots, and our own echoes
+        adapter = self.adapters.get(msg.platform)
+        ours = adapter.bot_username if adapter else None
+        if command is not None and command.bot and ours and command.bot.lower() != ours.lower():
+            log.info("ignoring /%s in %s: it is addressed to @%s", command.name, msg.chat_key,
+                     command.bot)
+            return False
+        # Unaddressed group chatter never reaches the model.
+        return not msg.is_group or msg.addressed_to_bot or msg.reply_to_bot
+
+    async def _route(self, msg: InboundMessage, record: InboundRecord,
+                     command: cmd.Command | None) -> None:
+        """A stored inbound message: a command, a refusal, or a job for the chat's worker."""
         if command is not None:
             return await self._command(msg, record, command)
         refusal = self._unreadable(msg)
         if refusal:
             await self.store.finish_inbound([record.id], "failed")
-            await self.send(msg.chat, refusal, msg.message_id)
-            return await self._delivered(msg.chat, (msg.message_id,))
-        self.router.submit(msg.chat_key, Job("message", (msg.chat, record)))
+            await self.worker.send(msg.chat, refusal, msg.message_id)
+            return await self.worker.delivered(msg.chat, (msg.message_id,))
+        self.router.submit(msg.chat_key, MessageJob(msg.chat, record))
 
     def _unreadable(self, msg: InboundMessage) -> str | None:
         if not msg.text.strip():
@@ -130,20 +145,34 @@ class Gateway:
         return None
 
     async def _edit(self, msg: InboundMessage) -> None:
+        """An edit replaces a still-queued message's text, under the rules for new ones."""
+        found = await self.store.find_inbound(msg.platform, msg.chat_id, msg.message_id)
+        if found is None or found.status != "pending":
+            status = found.status if found else "unknown"
+            log.info("edit of %s in %s (%s): ignored", msg.message_id, msg.chat_key, status)
+            return
+        refusal = self._unreadable(msg)
+        if refusal:
+            log.info("edit of %s in %s refused: %s", msg.message_id, msg.chat_key, refusal)
+            await self.worker.send(msg.chat, f"{refusal} I kept the message as it was before "
+                                   "the edit.", msg.message_id)
+            return
         status = await self.store.update_inbound_text(msg.platform, msg.chat_id,
                                                       msg.message_id, msg.text)
         log.info("edit of %s in %s (%s): %s", msg.message_id, msg.chat_key, status,
                  "applied" if status == "pending" else "ignored")
 
+    # --- commands -----------------------------------------------------------------------
     async def _command(self, msg: InboundMessage, record: InboundRecord,
                        command: cmd.Command) -> None:
         if command.name in cmd.SERIAL:
             if not self.auth.may_manage(msg):
-                await self._finish_command(msg, record, f"/{command.name} is admin-only here.")
+                await self.worker.finish_command(msg, record, f"/{command.name} is admin-only here.")
                 return
-            self.router.submit(msg.chat_key, Job("command", (msg, record, command)))
+            self.router.submit(msg.chat_key, CommandJob(msg, record, command.name, command.args))
             return
-        await self._finish_command(msg, record, await self._immediate(msg, command))
+        reply = await self._immediate(msg, command)
+        await self.worker.finish_command(msg, record, reply)
 
     async def _immediate(self, msg: InboundMessage, command: cmd.Command) -> str:
         name = command.name
@@ -158,99 +187,35 @@ class Gateway:
         if name == "usage":
             return await cmd.usage_text(self.conversations, self.store, msg.chat_key)
         if name == "stop":
-            if msg.is_group and not self.auth.is_admin(msg):
-                return "/stop is admin-only here."
-            return "Stopping." if self.router.cancel_current(msg.chat_key) else "Nothing to stop."
+            return self._stop(msg, self.router.running(msg.chat_key))
         return f"Unknown command /{name}. {cmd.help_text()}"
 
-    async def _finish_command(self, msg: InboundMessage, record: InboundRecord,
-                              reply: str) -> None:
-        await self.store.finish_inbound([record.id], "answered")
-        await self.send(msg.chat, reply, msg.message_id)
-        await self._delivered(msg.chat, (msg.message_id,))
+    def _stop(self, msg: InboundMessage, running: Running | None) -> str:
+        """/stop: the sender of the running turn or an admin (any user in a DM)."""
+        if running is None:
+            return "Nothing to stop."
+        senders = {job.record.sender_id for job in running.jobs if hasattr(job, "record")}
+        if msg.is_group and not (self.auth.is_admin(msg) or msg.user_id in senders):
+            return "Only an admin or the person who asked can /stop this here."
+        if running.stop("stop"):
+            return "Stopping."
+        if running.stoppable is not None:
+            return "Too late to stop: the answer is already on its way."
+        return "Nothing to stop."
 
-    # --- the chat worker ------------------------------------------------------------------
-    async def _process(self, chat_key: str, jobs: list[Job]) -> None:
-        if jobs[0].kind == "command":
-            msg, record, command = jobs[0].payload
-            try:
-                reply = await self._serial_command(msg, command)
-            except Exception:
-                log.exception("/%s failed in %s", command.name, chat_key)
-                reply = GENERIC_FAILURE
-            return await self._finish_command(msg, record, reply)
-        chat: ChatRef = jobs[0].payload[0]
-        records: list[InboundRecord] = [job.payload[1] for job in jobs]
-        ids = tuple(r.message_id for r in records)
-        typing = asyncio.create_task(self._keep_typing(chat))
-        try:
-            outgoing = await self.conversations.answer(chat, records)
-        except asyncio.CancelledError:
-            typing.cancel()
-            await asyncio.shield(self._stopped(chat, ids))
-            raise
-        except Exception:
-            log.exception("turn failed in %s", chat_key)
-            self.conversations.forget(chat_key)  # rebuild from the store, not a half-turn
-            await self.store.finish_inbound([r.id for r in records], "failed")
-            outgoing = [Outgoing(GENERIC_FAILURE, records[-1].message_id)]
-        finally:
-            typing.cancel()
-        for item in outgoing:
-            await self.send(chat, item.text, item.reply_to)
-        await self._delivered(chat, ids)
-
-    async def _stopped(self, chat: ChatRef, ids: tuple[str, ...]) -> None:
-        await self.send(chat, "Stopped. Your message is kept; send another when ready.", None)
-        await self._delivered(chat, ids)
-
-    async def _keep_typing(self, chat: ChatRef) -> None:
-        adapter = self.adapters.get(chat.platform)
-        if adapter is None:
-            return
-        while True:
-            try:
-                await adapter.typing(chat)
-            except Exception as exc:  # typing is a nicety; never fail a turn for it
-                log.debug("typing failed in %s: %s", chat.key, exc)
-            await asyncio.sleep(TYPING_REFRESH_S)
-
-    async def _serial_command(self, msg: InboundMessage, command: cmd.Command) -> str:
-        if command.name == "new":
-            await self.conversations.reset(msg.chat_key)
-            return "Started a fresh conversation. The old one stays stored."
-        return await cmd.compress_text(self.conversations, msg.chat_key, command.args)
-
+    # --- recovery ---------------------------------------------------------------------------
     async def _recover(self) -> None:
-        """Answer what was stored but never answered before the last stop or crash."""
-        by_chat: dict[str, list[InboundRecord]] = defaultdict(list)
-        for record in await self.store.open_inbound():
-            by_chat[record.chat_key].append(record)
-        for chat_key, records in by_chat.items():
-            thread = records[0].extra.get("thread_id")
-            chat = ChatRef(records[0].platform, records[0].chat_id, thread)
-            log.info("recovering %d unanswered message(s) in %s", len(records), chat_key)
-            for record in records:
-                self.router.submit(chat_key, Job("message", (chat, record)))
+        """Finish what was stored but never answered or delivered before a stop or crash.
 
-    # --- outbound ---------------------------------------------------------------------
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None:
-        adapter = self.adapters.get(chat.platform)
-        if adapter is None:
-            log.warning("no adapter for %s; dropping a reply to %s", chat.platform, chat.key)
-            return
-        for chunk in split_message(text, adapter.max_message_length):
-            try:
-                await adapter.send(chat, chunk, reply_to)
-            except Exception:
-                log.exception("%s: sending to %s failed", adapter.name, chat.key)
-                return
-            reply_to = None
-
-    async def _delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
-        adapter = self.adapters.get(chat.platform)
-        if adapter is not None:
-            await adapter.delivered(chat, message_ids)
+        Stored replies the platform never accepted are sent; messages are answered again;
+        commands run again as commands, never as text for the model.
+        """
+        for chat_key, job in recovery_jobs(await self.store.open_inbound()):
+            if isinstance(job, tuple):  # a pending inbound message: route it like new
+                msg, record = job
+                await self._route(msg, record, cmd.parse_command(record.text))
+            else:
+                self.router.submit(chat_key, job)
 
 
 def create_gateway(config: Config, adapters: list[PlatformAdapter]) -> Gateway:

@@ -23,13 +23,18 @@ class Authorizer:
         self._clock = clock
         self._refused_at: dict[str, float] = {}
 
+    def _owner(self, msg: InboundMessage) -> bool:
+        """An admin by configuration (or the local user, who owns the terminal)."""
+        return msg.platform == "console" or msg.user_id in self._admins.get(msg.platform, set())
+
     def is_admin(self, msg: InboundMessage) -> bool:
-        if msg.platform == "console":
-            return True  # the local user owns the terminal
-        return msg.is_admin_hint or msg.user_id in self._admins.get(msg.platform, set())
+        """May manage this chat: configured admins, and the platform's own group admins."""
+        return self._owner(msg) or msg.is_admin_hint
 
     def is_allowed(self, msg: InboundMessage) -> bool:
-        if self._open or self.is_admin(msg):
+        """May talk to the bot at all. Administering some group is no invitation: a closed
+        bot admits only its configured admins and allowed users."""
+        if self._open or self._owner(msg):
             return True
         return msg.user_id in self._allowed.get(msg.platform, set())
 

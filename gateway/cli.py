@@ -143,12 +143,18 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
 
 async def _compress(args: argparse.Namespace, config: Config) -> int:
     from gateway.app import create_gateway
-    from gateway.commands import compress_text
+    from gateway.commands import finish_compress
 
     gateway = create_gateway(config, [])
     await gateway.initialize()
     try:
-        print(await compress_text(gateway.conversations, args.chat_key, args.focus))
+        conversations = gateway.conversations
+        prepared = await conversations.prepare_compaction(args.chat_key, args.focus)
+        if prepared is None:
+            print(f"threadline: there is no conversation for {args.chat_key}; "
+                  "`threadline sessions list` shows the chat keys", file=sys.stderr)
+            return EXIT_ERROR
+        print(await finish_compress(conversations, args.chat_key, prepared))
     finally:
         await gateway.shutdown()
     return 0

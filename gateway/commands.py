@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agent.agent import Agent, CompactResult
 from agent.feedback import build_feedback
 from agent.tokens import estimate_message
 from gateway.conversation import Conversations
 from storage.base import SessionStore
+from storage.models import SessionRecord
 
 COMMANDS: list[tuple[str, str]] = [
     ("help", "list the commands"),
@@ -57,7 +59,7 @@ def _n(value: int) -> str:
 
 
 async def status_text(conversations: Conversations, chat_key: str) -> str:
-    session, agent = await conversations.agent_for(chat_key)
+    session, agent = await conversations.view(chat_key)
     status = agent.engine.get_status()
     return "\n".join([
         f"Model: {agent.provider.model} ({agent.provider.kind})",
@@ -69,7 +71,7 @@ async def status_text(conversations: Conversations, chat_key: str) -> str:
 
 
 async def usage_text(conversations: Conversations, store: SessionStore, chat_key: str) -> str:
-    session, agent = await conversations.agent_for(chat_key)
+    session, agent = await conversations.view(chat_key)
     totals = await store.usage_totals(session.id)
     status = agent.engine.get_status()
     return "\n".join([
@@ -86,8 +88,21 @@ async def usage_text(conversations: Conversations, store: SessionStore, chat_key
     ])
 
 
-async def compress_text(conversations: Conversations, chat_key: str, focus: str | None) -> str:
-    result, _ = await conversations.compact(chat_key, focus or None)
+NO_CONVERSATION = "There is no conversation here yet, so nothing to compress."
+
+
+async def finish_compress(conversations: Conversations, chat_key: str,
+                          prepared: tuple[CompactResult, SessionRecord, Agent] | None) -> str:
+    """Store a prepared manual compaction and say what it did."""
+    if prepared is None:
+        return NO_CONVERSATION
+    result, session, agent = prepared
+    await conversations.persist_compaction(chat_key, session, agent, result)
     feedback = build_feedback(list(result.before), list(result.after), result.report,
                               lambda msgs: sum(estimate_message(m) for m in msgs))
     return feedback.render()
+
+
+async def compress_text(conversations: Conversations, chat_key: str, focus: str | None) -> str:
+    prepared = await conversations.prepare_compaction(chat_key, focus or None)
+    return await finish_compress(conversations, chat_key, prepared)

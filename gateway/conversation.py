@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.agent import Agent, CompactResult, ModelLimits, TurnFailed, TurnResult, UsageEntry
+from agent.agent import (
+    Agent,
+    Compacted,
+    CompactResult,
+    ModelLimits,
+    TurnFailed,
+    TurnResult,
+    UsageEntry,
+)
 from agent.context_engine import EngineFactory, EngineSettings
 from agent.providers.base import Provider
 from agent.tokens import estimate_message
@@ -35,6 +42,7 @@ class Outgoing:
 
     text: str
     reply_to: str | None = None
+    is_reply: bool = False  # the model's answer, whose delivery finishes the inbound rows
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,20 @@ class AgentSettings:
     protect_last_n: int
     compression_enabled: bool
     summary_context_length: int | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A turn the model has answered but nothing of which is stored or sent yet."""
+
+    chat_key: str
+    session: SessionRecord
+    agent: Agent
+    inbound_ids: tuple[int, ...]
+    reply_to: str | None
+    notices: tuple[Outgoing, ...]  # from a hygiene compaction before the turn
+    result: TurnResult | None = None
+    failure: TurnFailed | None = None
 
 
 def new_message(message: dict[str, Any], **kw: Any) -> NewMessage:
@@ -60,6 +82,11 @@ def usage_records(entries: Sequence[UsageEntry]) -> tuple[UsageRecord, ...]:
                     cache_write_tokens=e.usage.cache_write_tokens,
                     reasoning_tokens=e.usage.reasoning_tokens)
         for e in entries)
+
+
+def compaction_record(compacted: Compacted, state: dict[str, Any]) -> Compaction:
+    return Compaction(messages=tuple(new_message(m) for m in compacted.messages),
+                      engine_state=state, covers=compacted.covers, sources=compacted.sources)
 
 
 class Conversations:
@@ -79,13 +106,11 @@ class Conversations:
 
     # --- sessions and agents ------------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord:
-        session = await self.store.live_session(chat_key)
-        if session is None:
-            system = {"role": "system", "content": self.settings.system_prompt}
-            session = await self.store.create_root_session(
-                chat_key, model=self.provider.model, system_prompt=self.settings.system_prompt,
-                system_message=new_message(system))
-        return session
+        """The chat's live session; a new root, made atomically, when it has none."""
+        system = {"role": "system", "content": self.settings.system_prompt}
+        return await self.store.open_session(
+            chat_key, model=self.provider.model, system_prompt=self.settings.system_prompt,
+            system_message=new_message(system))
 
     def _build_agent(self) -> Agent:
         holder: list[Agent] = []
@@ -102,9 +127,10 @@ class Conversations:
         holder.append(agent)
         return agent
 
-    async def agent_for(self, chat_key: str) -> tuple[SessionRecord, Agent]:
+    async def agent_for(self, chat_key: str, session: SessionRecord | None = None
+                        ) -> tuple[SessionRecord, Agent]:
         """The chat's live session and its agent, rebuilt from the store when not cached."""
-        session = await self.live_session(chat_key)
+        session = session or await self.live_session(chat_key)
         cached = self._agents.get(chat_key)
         if cached and cached[0] == session.id:
             self._agents.move_to_end(chat_key)
@@ -116,6 +142,18 @@ class Conversations:
         self._remember(chat_key, session.id, agent)
         return session, agent
 
+    async def view(self, chat_key: str) -> tuple[SessionRecord, Agent]:
+        """Session and agent for reading only (/status, /usage): from outside the chat's
+        worker nothing is cached, so a half-built agent never replaces the worker's."""
+        session = await self.live_session(chat_key)
+        cached = self._agents.get(chat_key)
+        if cached and cached[0] == session.id:
+            return session, cached[1]
+        agent = self._build_agent()
+        history = await self.store.load_history(session.id)
+        agent.load([m.message for m in history], session.engine_state)
+        return session, agent
+
     def _remember(self, chat_key: str, session_id: str, agent: Agent) -> None:
         self._agents[chat_key] = (session_id, agent)
         self._agents.move_to_end(chat_key)
@@ -125,29 +163,45 @@ class Conversations:
     def forget(self, chat_key: str) -> None:
         self._agents.pop(chat_key, None)
 
-    # --- a turn ---------------------------------------------------------------------------
-    async def answer(self, chat: ChatRef, records: list[InboundRecord]) -> list[Outgoing]:
-        """Append the inbound messages, run one turn, persist it; return what to send."""
+    # --- a turn: prepare (the model's part, stoppable), then commit ------------------------
+    async def prepare(self, chat: ChatRef, records: list[InboundRecord]) -> Prepared:
+        """Store the inbound messages, run hygiene and the model turn; write no reply yet.
+
+        Cancelling this (a /stop) leaves the store consistent: what it wrote is complete,
+        and the caller forgets the agent so the next turn rebuilds it from the store.
+        """
         session, agent = await self._take(chat.key, records)
         ids = tuple(r.id for r in records)
         reply_to = records[-1].message_id
-        out: list[Outgoing] = []
+        session, notices = await self._hygiene(chat, session, agent)
+        base = Prepared(chat.key, session, agent, ids, reply_to, tuple(notices))
         try:
-            session, out = await self._hygiene(chat, session, agent)
-            result = await agent.run_turn()
+            return replace(base, result=await agent.run_turn())
         except TurnFailed as failed:
-            await self.store.record_turn(session.id, TurnRecord(
-                failed=ids, usage=usage_records(failed.usage)))
-            return [*out, Outgoing(failed.user_message, reply_to)]
-        except asyncio.CancelledError:
-            # /stop: the user chose to drop this turn; the messages stay stored, unanswered.
-            await asyncio.shield(self.store.record_turn(session.id, TurnRecord(failed=ids)))
-            self.forget(chat.key)
-            raise
-        await self._persist_turn(chat.key, session, agent, result, ids)
-        out.append(Outgoing(result.reply or "(the model returned no text)", reply_to))
+            return replace(base, failure=failed)
+
+    async def commit(self, prepared: Prepared) -> list[Outgoing]:
+        """Persist the prepared turn in one transaction; return what to send."""
+        out = list(prepared.notices)
+        if prepared.failure is not None:
+            await self.store.record_turn(prepared.session.id, TurnRecord(
+                failed=prepared.inbound_ids, usage=usage_records(prepared.failure.usage)))
+            return [*out, Outgoing(prepared.failure.user_message, prepared.reply_to)]
+        result = prepared.result
+        assert result is not None
+        await self._persist_turn(prepared, result)
+        out.append(Outgoing(result.reply or "(the model returned no text)", prepared.reply_to,
+                            is_reply=True))
         out.extend(Outgoing(notice) for notice in result.notices)
         return out
+
+    async def abandon(self, chat_key: str, records: list[InboundRecord], *,
+                      failed: bool) -> None:
+        """A turn cancelled before its commit: forget the half-turn agent; after a /stop
+        the messages stay stored, unanswered, and their ledger rows fail."""
+        self.forget(chat_key)
+        if failed:
+            await self.store.finish_inbound([r.id for r in records], "failed")
 
     async def _take(self, chat_key: str, records: list[InboundRecord]
                     ) -> tuple[SessionRecord, Agent]:
@@ -172,27 +226,16 @@ class Conversations:
         agent.append([m.message for m in messages])
         return session, agent
 
-    async def _persist_turn(self, chat_key: str, session: SessionRecord, agent: Agent,
-                            result: TurnResult, ids: tuple[int, ...]) -> None:
-        new = tuple(new_message(m) for m in result.new_messages)
+    async def _persist_turn(self, prepared: Prepared, result: TurnResult) -> None:
+        chat_key, session, agent = prepared.chat_key, prepared.session, prepared.agent
         state = agent.engine.export_state()
-        compaction = None
-        before: tuple[NewMessage, ...] = ()
-        after: tuple[NewMessage, ...] = new
-        if result.compaction is not None:
-            kept = result.compaction
-            if result.compacted_before_reply:
-                # The reply was produced on the compacted transcript: it belongs to the child.
-                kept = kept[: len(kept) - len(result.new_messages)]
-            else:
-                before, after = new, ()  # the reply closes the parent, then it is compacted
-            compaction = Compaction(messages=tuple(new_message(m) for m in kept),
-                                    engine_state=state,
-                                    covers=result.compacted_from)
-        turn = TurnRecord(before=before, compaction=compaction, after=after, answered=ids,
-                          usage=usage_records(result.usage),
-                          engine_state=state,
-                          last_prompt_tokens=agent.engine.last_prompt_tokens)
+        compaction = (compaction_record(result.compaction, state)
+                      if result.compaction is not None else None)
+        turn = TurnRecord(before=tuple(new_message(m) for m in result.before),
+                          compaction=compaction,
+                          after=tuple(new_message(m) for m in result.after),
+                          replied=prepared.inbound_ids, usage=usage_records(result.usage),
+                          engine_state=state, last_prompt_tokens=agent.engine.last_prompt_tokens)
         try:
             live = await self.store.record_turn(session.id, turn)
         except ContinuationConflict:
@@ -201,8 +244,8 @@ class Conversations:
                         chat_key, session.id)
             self.forget(chat_key)
             tip = await self.live_session(chat_key)
-            live = await self.store.record_turn(tip.id, TurnRecord(
-                after=new, answered=ids, usage=turn.usage))
+            await self.store.record_turn(tip.id, TurnRecord(
+                after=(*turn.before, *turn.after), replied=turn.replied, usage=turn.usage))
             return
         if live.id != session.id:
             agent.engine.on_session_start(live.id, parent_session_id=session.id)
@@ -215,21 +258,23 @@ class Conversations:
         log.info("chat %s: session %s is past 85%% of the window; compacting first",
                  chat.key, session.id)
         result = await agent.compact(force=False)
-        live = await self._persist_compaction(chat.key, session, agent, result)
+        live = await self.persist_compaction(chat.key, session, agent, result)
         return live, [Outgoing(notice) for notice in result.notices]
 
-    async def _persist_compaction(self, chat_key: str, session: SessionRecord, agent: Agent,
-                                  result: CompactResult) -> SessionRecord:
+    # --- compaction outside a turn -------------------------------------------------------
+    async def persist_compaction(self, chat_key: str, session: SessionRecord, agent: Agent,
+                                 result: CompactResult) -> SessionRecord:
+        if result.compaction is None and result.report is None and not result.usage:
+            return session  # nothing happened that the store needs to know
         state = agent.engine.export_state()
         usage = usage_records(result.usage)
-        if not result.changed:
+        if result.compaction is None:
             await self.store.record_turn(session.id, TurnRecord(usage=usage, engine_state=state))
             return session
-        compaction = Compaction(messages=tuple(new_message(m) for m in result.after),
-                                engine_state=state, covers=len(result.before))
         try:
             live = await self.store.record_turn(session.id, TurnRecord(
-                compaction=compaction, usage=usage, engine_state=state))
+                compaction=compaction_record(result.compaction, state), usage=usage,
+                engine_state=state))
         except ContinuationConflict:
             log.warning("chat %s: compaction raced another; keeping the existing chain",
                         chat_key)
@@ -239,16 +284,27 @@ class Conversations:
         self._remember(chat_key, live.id, agent)
         return live
 
-    async def compact(self, chat_key: str, focus: str | None = None
-                      ) -> tuple[CompactResult, SessionRecord]:
-        """Manual compaction (/compress, `threadline compress`): forced, persisted."""
-        session, agent = await self.agent_for(chat_key)
+    async def prepare_compaction(self, chat_key: str, focus: str | None = None
+                                 ) -> tuple[CompactResult, SessionRecord, Agent] | None:
+        """Manual compaction's model part (/compress, `threadline compress`); None when the
+        chat has no conversation. Nothing is stored until `persist_compaction`."""
+        session = await self.store.live_session(chat_key)
+        if session is None:
+            return None
+        session, agent = await self.agent_for(chat_key, session)
         if not agent.engine.has_content_to_compress(agent.messages):
-            return CompactResult(before=tuple(agent.messages), after=tuple(agent.messages),
-                                 changed=False), session
-        result = await agent.compact(focus, force=True)
-        live = await self._persist_compaction(chat_key, session, agent, result)
-        return result, live
+            before = tuple(agent.messages)
+            return CompactResult(before=before, compaction=None), session, agent
+        return await agent.compact(focus, force=True), session, agent
+
+    async def compact(self, chat_key: str, focus: str | None = None) -> CompactResult | None:
+        """Manual compaction, prepared and persisted in one go (the shell command)."""
+        prepared = await self.prepare_compaction(chat_key, focus)
+        if prepared is None:
+            return None
+        result, session, agent = prepared
+        await self.persist_compaction(chat_key, session, agent, result)
+        return result
 
     async def reset(self, chat_key: str) -> None:
         session = await self.store.live_session(chat_key)

@@ -9,7 +9,9 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from platforms.base import ChatRef, InboundMessage
+from storage.models import InboundRecord
 
 log = logging.getLogger(__name__)
 
@@ -17,31 +19,82 @@ MAX_COALESCE_WAIT_FACTOR = 3  # a burst never holds a turn back longer than 3 x 
 
 
 @dataclass
-class Job:
-    """A unit of work for one chat: a user message, or a command that must run in order."""
+class MessageJob:
+    """A user message for the model; consecutive ones are answered in one turn."""
 
-    kind: str  # message | command
-    payload: Any
+    chat: ChatRef
+    record: InboundRecord
     arrived: float = field(default_factory=time.monotonic)
 
 
-Processor = Callable[[str, list[Job]], Awaitable[None]]
+@dataclass
+class CommandJob:
+    """A command that changes the session (/new, /compress): it runs in the chat's order."""
+
+    msg: InboundMessage
+    record: InboundRecord
+    name: str
+    args: str
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ResendJob:
+    """A reply stored before a restart but never accepted by the platform."""
+
+    chat: ChatRef
+    records: tuple[InboundRecord, ...]
+    arrived: float = field(default_factory=time.monotonic)
+
+
+Job = MessageJob | CommandJob | ResendJob
+
+
+@dataclass
+class Running:
+    """The batch a chat's worker is processing, and the part of it a stop may cancel.
+
+    The processor runs the model work as `stoppable` and clears it before the results
+    are written and sent: from then on a stop is too late and the reply is delivered.
+    """
+
+    jobs: list[Job]
+    senders: frozenset[str] = frozenset()
+    stoppable: asyncio.Task | None = None
+    stop_reason: str | None = None  # stop | superseded
+
+    @property
+    def is_messages(self) -> bool:
+        return isinstance(self.jobs[0], MessageJob)
+
+    def stop(self, reason: str) -> bool:
+        if self.stoppable is None or self.stoppable.done():
+            return False
+        self.stop_reason = reason
+        self.stoppable.cancel()
+        return True
+
+
+Processor = Callable[[str, Running], Awaitable[None]]
 
 
 class _ChatQueue:
     def __init__(self) -> None:
         self.jobs: deque[Job] = deque()
         self.worker: asyncio.Task[None] | None = None
-        self.current: asyncio.Task[None] | None = None
+        self.running: Running | None = None
 
 
 class ChatRouter:
-    """Runs `process(chat_key, jobs)` for each chat in arrival order.
+    """Runs `process(chat_key, running)` for each chat in arrival order.
 
     Consecutive message jobs queued behind a running turn are handed over together, so
-    the next turn answers them at once; a burst (two or more queued at pickup) waits
-    until the chat has been quiet for `coalesce_ms` before its turn starts. Commands
-    always run alone. Idle chats keep no worker, so memory does not grow with chats seen.
+    the next turn answers them at once; a burst (two or more at pickup) waits until the
+    chat has been quiet for `coalesce_ms` before its turn starts. A single message into an
+    idle chat starts at once; if a second one follows within `coalesce_ms` while the first
+    is still with the model, that turn is superseded: cancelled unseen and answered again
+    together with the newcomer (see docs/architecture.md, "Coalescing"). Commands always
+    run alone. Idle chats keep no worker, so memory does not grow with chats seen.
     """
 
     def __init__(self, process: Processor, *, coalesce_ms: int = 1500) -> None:
@@ -50,14 +103,6 @@ class ChatRouter:
         self._chats: dict[str, _ChatQueue] = {}
         self._accepting = True
 
-    @property
-    def active_chats(self) -> int:
-        return len(self._chats)
-
-    def busy(self, chat_key: str) -> bool:
-        chat = self._chats.get(chat_key)
-        return bool(chat and chat.current and not chat.current.done())
-
     def submit(self, chat_key: str, job: Job) -> bool:
         if not self._accepting:
             return False
@@ -65,17 +110,24 @@ class ChatRouter:
         if chat is None:
             chat = self._chats[chat_key] = _ChatQueue()
         chat.jobs.append(job)
+        if isinstance(job, MessageJob):
+            self._maybe_supersede(chat, job)
         if chat.worker is None or chat.worker.done():
             chat.worker = asyncio.create_task(self._work(chat_key, chat), name=f"chat:{chat_key}")
         return True
 
-    def cancel_current(self, chat_key: str) -> bool:
-        """/stop: cancel the running turn of this chat; queued jobs still run."""
+    def running(self, chat_key: str) -> Running | None:
         chat = self._chats.get(chat_key)
-        if chat and chat.current and not chat.current.done():
-            chat.current.cancel()
-            return True
-        return False
+        return chat.running if chat else None
+
+    def _maybe_supersede(self, chat: _ChatQueue, job: MessageJob) -> None:
+        running = chat.running
+        if (running is None or not running.is_messages or len(running.jobs) != 1
+                or self._coalesce <= 0 or job.arrived - running.jobs[0].arrived > self._coalesce):
+            return
+        if running.stop("superseded"):
+            log.info("a second message followed within %.0f ms: answering both together",
+                     self._coalesce * 1000)
 
     async def drain(self, grace_s: float) -> None:
         """Stop taking jobs and let queued and running work finish, within `grace_s`."""
@@ -95,29 +147,27 @@ class ChatRouter:
     async def _work(self, chat_key: str, chat: _ChatQueue) -> None:
         try:
             while chat.jobs:
-                batch = await self._next_batch(chat)
-                chat.current = asyncio.create_task(self._process(chat_key, batch))
+                running = chat.running = Running(await self._next_batch(chat))
                 try:
-                    await chat.current
+                    await self._process(chat_key, running)
                 except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise  # the worker itself is being cancelled (shutdown)
-                    log.info("chat %s: turn cancelled", chat_key)
+                    raise  # the worker itself is being cancelled (shutdown)
                 except Exception:
                     # The processor reports its own failures to the user; this is a last guard.
                     log.exception("chat %s: job failed", chat_key)
                 finally:
-                    chat.current = None
+                    chat.running = None
+                if running.stop_reason == "superseded":
+                    chat.jobs.extendleft(reversed(running.jobs))
         finally:
             if not chat.jobs and self._chats.get(chat_key) is chat:
                 del self._chats[chat_key]
 
     async def _next_batch(self, chat: _ChatQueue) -> list[Job]:
         first = chat.jobs.popleft()
-        if first.kind != "message":
+        if not isinstance(first, MessageJob):
             return [first]
-        batch = [first]
+        batch: list[Job] = [first]
         self._take_messages(chat, batch)
         if len(batch) > 1 and self._coalesce > 0:
             deadline = time.monotonic() + self._coalesce * MAX_COALESCE_WAIT_FACTOR
@@ -132,9 +182,9 @@ class ChatRouter:
         return batch
 
     def _take_messages(self, chat: _ChatQueue, batch: list[Job]) -> int:
-        """Move queued message jobs (up to the next command) into the batch."""
+        """Move queued message jobs (up to the next other job) into the batch."""
         taken = 0
-        while chat.jobs and chat.jobs[0].kind == "message":
+        while chat.jobs and isinstance(chat.jobs[0], MessageJob):
             batch.append(chat.jobs.popleft())
             taken += 1
         return taken

@@ -58,6 +58,7 @@ class PlatformAdapter(ABC):
 
     name: str = "platform"
     max_message_length: int = 4096
+    bot_username: str | None = None  # `/cmd@name` for another name is not for us
 
     def __init__(self) -> None:
         self.handler: Handler | None = None

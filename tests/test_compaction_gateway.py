@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
+
 from gateway.app import create_gateway
 from gateway.conversation import new_message
-from tests.harness.fake_openai import openai_error
+from tests.harness.engines import install_plugin
+from tests.harness.fake_openai import FakeOpenAI, openai_error
 from tests.harness.platform import RecordingPlatform
 from tests.support import (
     close,
@@ -43,8 +46,16 @@ async def continuations_of(store, session_id: str) -> list:
     return [s for s in await store.list_sessions(CHAT) if s.parent_session_id == session_id]
 
 
+@pytest.fixture(params=[0.7, 1.6], ids=["tokenizer-counts-less", "tokenizer-counts-more"])
+def token_ratio(request, fake_openai) -> float:
+    """Real tokenizers disagree with our chars/4 estimate both ways: run both."""
+    fake_openai.token_ratio = request.param
+    return request.param
+
+
 async def test_manual_and_automatic_compaction_racing_make_one_continuation(tmp_path,
-                                                                         fake_openai):
+                                                                         fake_openai,
+                                                                         token_ratio):
     fake_openai.responder = summarizing_responder
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 4096},
                         compression={"protect_last_n": 4})
@@ -53,11 +64,13 @@ async def test_manual_and_automatic_compaction_racing_make_one_continuation(tmp_
     operator = create_gateway(config, [])  # `threadline compress` from a shell: own store
     await operator.initialize()
     try:
-        root = await seed(running, 12)
+        root = await seed(running, 14)  # ~2,900 tokens: past the 2,611 preflight threshold
         fake_openai.delay_next(0.3, times=2)  # both summaries are in flight at once
         await asyncio.gather(platform.say("next question", chat_id="1"),
                              operator.conversations.compact(CHAT, None))
         await platform.wait_delivered(1)
+        # Both sides really compacted (two summaries); only one continuation survived.
+        assert len(summary_calls(fake_openai)) == 2
         assert len(await continuations_of(running.store, root)) == 1
         sessions = await running.store.list_sessions(CHAT)
         assert sum(1 for s in sessions if s.end_reason is None) == 1
@@ -111,25 +124,58 @@ async def test_output_cap_error_lowers_max_tokens_without_compacting(tmp_path, f
     assert summary_calls(fake_openai) == []
 
 
-async def test_three_failed_overflow_attempts_tell_the_user_what_to_do(tmp_path, fake_openai):
-    fake_openai.responder = summarizing_responder
+async def test_overflow_recovery_compacts_at_most_three_times_then_advises(tmp_path,
+                                                                          fake_openai,
+                                                                          monkeypatch):
+    # An engine whose every compaction makes progress, so only the attempt limit stops it.
+    install_plugin(tmp_path, "drop-oldest", "DropOldest")
+    monkeypatch.setenv("THREADLINE_HOME", str(tmp_path))
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 8192},
-                        compression={"protect_last_n": 4})
+                        context={"engine": "drop-oldest"})
     platform = RecordingPlatform()
     gw = await started_gateway(config, [platform])
     body = openai_error("This model's maximum context length is 8192 tokens. However, your "
                         "messages resulted in 9000 tokens.", code="context_length_exceeded")
     try:
-        await seed(gw, 6)
+        root = await seed(gw, 6)
         for _ in range(12):
             fake_openai.fail_next(400, body=body)
         await platform.say("one more")
         await platform.wait_delivered(1)
+        assert await continuations_of(gw.store, root) == []  # a failed turn stores nothing
     finally:
         await close(gw)
     [advice] = platform.texts()
     assert "/compress" in advice and "/new" in advice
-    assert len(chat_calls(fake_openai)) <= 4  # the first try and at most 3 recoveries
+    assert len(chat_calls(fake_openai)) == 4  # the first try and exactly 3 recoveries
+
+
+@pytest.mark.parametrize("token_ratio, size", [(1.6, 460), (0.7, 700)],
+                         ids=["counts-more-post-turn", "counts-less-preflight"])
+async def test_a_long_chat_keeps_answering_whatever_the_providers_tokenizer(tmp_path,
+                                                                           token_ratio, size):
+    fake = FakeOpenAI(responder=summarizing_responder, token_ratio=token_ratio)
+    await fake.start()
+    config = config_for(tmp_path, fake.base_url, model={"context_length": 8192},
+                        compression={"protect_last_n": 4})
+    platform = RecordingPlatform()
+    gw = await started_gateway(config, [platform])
+    try:
+        root = await seed(gw, 20, size=size)  # 40 stored messages
+        for text in ("first", "second", "third"):
+            await platform.say(text)
+            await platform.wait_delivered(len(platform.delivered_ids) + 1)
+        tip = await gw.store.live_session(CHAT)
+        chain = await gw.store.chain(tip.id)
+    finally:
+        await close(gw)
+        await fake.stop()
+    replies = [t for t in platform.texts() if t.startswith("echo:")]
+    assert replies == ["echo: first", "echo: second", "echo: third"], platform.texts()
+    assert chain[0].id == root and len(chain) >= 2
+    calibration = tip.engine_state["calibration"]
+    assert calibration["samples"] >= 1
+    assert calibration["ratio"] == pytest.approx(token_ratio, rel=0.25)
 
 
 async def test_compress_on_a_short_transcript_makes_no_provider_call(tmp_path, fake_openai):
@@ -218,18 +264,28 @@ async def test_hygiene_does_not_fire_below_85_percent(tmp_path, fake_openai, cap
     assert "past 85% of the window" not in caplog.text
 
 
-async def test_hygiene_never_fires_with_fewer_than_four_messages(tmp_path, fake_openai):
+@pytest.mark.parametrize("stored, compacts", [(1, False), (2, True)],
+                         ids=["three-messages", "four-messages"])
+async def test_hygiene_needs_at_least_four_messages(tmp_path, fake_openai, monkeypatch,
+                                                    stored, compacts):
+    # An engine that compacts whatever it is given: only hygiene's own guard can say no.
+    install_plugin(tmp_path, "drop-oldest", "DropOldest")
+    monkeypatch.setenv("THREADLINE_HOME", str(tmp_path))
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 2048,
-                                                               "max_output_tokens": 128})
+                                                               "max_output_tokens": 128},
+                        context={"engine": "drop-oldest"})
+    fake_openai.token_ratio = 0.5  # the provider's count stays under the post-turn trigger
     platform = RecordingPlatform()
     gw = await started_gateway(config, [platform])
     try:
         session = await gw.conversations.live_session(CHAT)
-        await gw.store.append_messages(session.id, [new_message(
-            {"role": "assistant", "content": "z" * 6000})])  # system + 1: over 85% alone
+        filler = [{"role": "user", "content": "an earlier question"}][: stored - 1]
+        await gw.store.append_messages(session.id, [new_message(m) for m in [
+            *filler, {"role": "assistant", "content": "z" * 7400}]])  # over 85% alone
         await platform.say("short")
         await platform.wait_delivered(1)
-        assert await continuations_of(gw.store, session.id) == []
+        continued = await continuations_of(gw.store, session.id)
     finally:
         await close(gw)
-    assert summary_calls(fake_openai) == []
+    # system + stored + "short": 3 messages never compact, 4 do.
+    assert (len(continued) == 1) is compacts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import aiosqlite
@@ -72,10 +73,11 @@ async def test_messages_queued_behind_a_turn_are_answered_together(tmp_path, fak
                                                                    platform):
     config = config_for(tmp_path, fake_openai.base_url, gateway={"coalesce_ms": 200})
     gw = await started_gateway(config, [platform])
-    fake_openai.delay_next(0.5)
+    fake_openai.delay_next(0.8)
     try:
         await platform.say("one")
         await fake_openai.wait_for_call("/chat/completions")
+        await asyncio.sleep(0.3)  # past coalesce_ms: "one" is answered on its own
         await platform.say("two")
         await platform.say("three")
         await platform.wait_delivered(3)
@@ -222,7 +224,8 @@ async def test_strangers_are_refused_once_per_hour(tmp_path, fake_openai, platfo
 
 
 
-async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_openai, platform):
+async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_openai, platform,
+                                                             caplog):
     gw = await started_gateway(config_for(tmp_path, fake_openai.base_url), [platform])
     fake_openai.delay_next(0.5)
     try:
@@ -232,7 +235,16 @@ async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_open
         await platform.handler(platform.message("hello, fixed", message_id=queued.message_id,
                                                 is_edit=True))
         await platform.wait_delivered(2)
-        await platform.handler(platform.message("too late", message_id="200", is_edit=True))
+        with caplog.at_level(logging.INFO, logger="gateway"):
+            await platform.handler(platform.message("too late", message_id="200",
+                                                    is_edit=True))
+        await asyncio.sleep(0.2)
+        stored = [m.message["content"] for m in
+                  await gw.store.load_history((await gw.store.live_session("test:1")).id)]
     finally:
         await close(gw)
     assert platform.texts() == ["echo: first", "echo: hello, fixed"]
+    # The edit of an answered message is logged and ignored: no text changes, no model call.
+    assert "too late" not in stored and "hello, fixed" in stored
+    assert len(fake_openai.calls_to("/chat/completions")) == 2
+    assert "edit of 200" in caplog.text and "ignored" in caplog.text
