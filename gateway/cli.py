@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _dispatch(args: argparse.Namespace, config: Config) -> int:
     from agent.errors import AgentError, EngineNotFoundError
     from gateway.logs import configure_logging
-    from storage.models import StoreError
+    from storage.errors import StoreError
 
     interactive_console = args.command in ("chat", "run") and sys.stdin.isatty()
     configure_logging(config, quiet=interactive_console)

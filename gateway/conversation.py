@@ -23,9 +23,9 @@ from agent.tokens import estimate_message
 from gateway.hygiene import needs_hygiene
 from platforms.base import ChatRef
 from storage.base import SessionStore
+from storage.errors import ContinuationConflict
 from storage.models import (
     Compaction,
-    ContinuationConflict,
     InboundRecord,
     NewMessage,
     SessionRecord,

@@ -1,15 +1,14 @@
 """Persistence: the SessionStore interface, its values, and the embedded SQLite backend."""
 
 from storage.base import SessionStore
+from storage.errors import ContinuationConflict, StoreError
 from storage.models import (
     Compaction,
-    ContinuationConflict,
     InboundRecord,
     NewMessage,
     SearchHit,
     SessionRecord,
     StoredMessage,
-    StoreError,
     TurnRecord,
     UsageRecord,
     UsageTotals,

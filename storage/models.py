@@ -6,14 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class StoreError(Exception):
-    """The store could not do what was asked (I/O, corruption, newer schema, bad query)."""
-
-
-class ContinuationConflict(StoreError):
-    """The parent session was already continued (or is no longer live): no fork is made."""
-
-
 @dataclass(frozen=True)
 class SessionRecord:
     id: str

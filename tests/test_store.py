@@ -11,16 +11,9 @@ from typing import Any
 import aiosqlite
 import pytest
 
-from storage import schema
-from storage.models import (
-    Compaction,
-    ContinuationConflict,
-    NewMessage,
-    StoreError,
-    TurnRecord,
-    UsageRecord,
-)
-from storage.sqlite import SqliteSessionStore
+from storage.errors import ContinuationConflict, StoreError
+from storage.models import Compaction, NewMessage, TurnRecord, UsageRecord
+from storage.sqlite import SqliteSessionStore, schema
 
 
 @pytest.fixture

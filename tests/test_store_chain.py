@@ -10,15 +10,8 @@ from typing import Any
 
 import pytest
 
-from storage.models import (
-    Compaction,
-    ContinuationConflict,
-    NewMessage,
-    SessionRecord,
-    StoreError,
-    TurnRecord,
-    UsageRecord,
-)
+from storage.errors import ContinuationConflict, StoreError
+from storage.models import Compaction, NewMessage, SessionRecord, TurnRecord, UsageRecord
 from storage.sqlite import SqliteSessionStore
 
 CHAT = "telegram:42"

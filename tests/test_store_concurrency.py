@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from storage.models import ContinuationConflict, SessionRecord, StoreError, TurnRecord
+from storage.errors import ContinuationConflict, StoreError
+from storage.models import SessionRecord, TurnRecord
 from storage.sqlite import SqliteSessionStore
 from tests.test_store_chain import CHAT, compacted_turn, msg, raw, root
 

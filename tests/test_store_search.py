@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from storage.models import Compaction, NewMessage, StoreError, TurnRecord
+from storage.errors import StoreError
+from storage.models import Compaction, NewMessage, TurnRecord
 from storage.sqlite import SqliteSessionStore
 
 

@@ -6,7 +6,7 @@ import logging
 
 import aiosqlite
 
-from storage.models import StoreError
+from storage.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,18 @@ _V3_PENDING_REPLY = (
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+async def configure(db: aiosqlite.Connection, busy_timeout_ms: int) -> None:
+    """Connection settings: wait for other writers, WAL, durable enough, foreign keys."""
+    await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    await db.execute("PRAGMA journal_mode = WAL")
+    await db.execute("PRAGMA synchronous = NORMAL")
+    await db.execute("PRAGMA foreign_keys = ON")
+
+
+async def optimize(db: aiosqlite.Connection) -> None:
+    await db.execute("PRAGMA optimize")
 
 
 async def user_version(db: aiosqlite.Connection) -> int:

@@ -20,20 +20,20 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from storage import schema
-from storage import sqlite_ops as ops
 from storage.base import SessionStore
+from storage.errors import StoreError
 from storage.models import (
     InboundRecord,
     NewMessage,
     SearchHit,
     SessionRecord,
     StoredMessage,
-    StoreError,
     TurnRecord,
     UsageRecord,
     UsageTotals,
 )
+from storage.sqlite import continuation, rows, schema
+from storage.sqlite import queries as q
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +90,7 @@ class SqliteSessionStore(SessionStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self._path}: {exc}") from exc
         try:
-            await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            await db.execute("PRAGMA journal_mode = WAL")
-            await db.execute("PRAGMA synchronous = NORMAL")
-            await db.execute("PRAGMA foreign_keys = ON")
+            await schema.configure(db, self._busy_timeout_ms)
             await schema.migrate(db, self._path)
         except BaseException as exc:
             await db.close()
@@ -108,133 +105,114 @@ class SqliteSessionStore(SessionStore):
             if db is None:
                 return
             try:
-                await db.execute("PRAGMA optimize")
+                await schema.optimize(db)
             except sqlite3.Error:
                 log.debug("PRAGMA optimize failed on %s", self._path, exc_info=True)
             await db.close()
 
     # --- sessions and chains ---------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord | None:
-        params = {"key": chat_key, "max_depth": ops.MAX_CHAIN_DEPTH}
-        row = await self._read(lambda db: ops.fetch_one(db, ops.LIVE_SESSION, params))
-        record = ops.session_record(row) if row else None
-        return record if record is not None and record.live else None
+        return await self._read(lambda db: q.live_session(db, chat_key))
 
     async def create_root_session(self, chat_key: str, *, model: str | None,
                                   system_prompt: str | None,
                                   system_message: NewMessage | None = None) -> SessionRecord:
         return await self._write(
-            lambda db: ops.new_root(db, chat_key, model, system_prompt, system_message))
+            lambda db: q.new_root(db, chat_key, model, system_prompt, system_message))
 
     async def open_session(self, chat_key: str, *, model: str | None,
                            system_prompt: str | None,
                            system_message: NewMessage | None = None) -> SessionRecord:
         """The chat's live session; a new root only when there is none, in one transaction."""
-        params = {"key": chat_key, "max_depth": ops.MAX_CHAIN_DEPTH}
-
         async def work(db: Db) -> SessionRecord:
-            row = await ops.fetch_one(db, ops.LIVE_SESSION, params)
-            record = ops.session_record(row) if row else None
-            if record is not None and record.live:
-                return record
-            return await ops.new_root(db, chat_key, model, system_prompt, system_message)
+            live = await q.live_session(db, chat_key)
+            if live is not None:
+                return live
+            return await q.new_root(db, chat_key, model, system_prompt, system_message)
         return await self._write(work)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        return await self._read(lambda db: ops.load_session(db, session_id))
+        return await self._read(lambda db: q.load_session(db, session_id))
 
     async def end_session(self, session_id: str, reason: str) -> None:
         if reason == "compression":
             raise StoreError("a session ends by compression only through record_turn")
 
         async def work(db: Db) -> None:
-            await ops.end_reason_of(db, session_id)  # an unknown id is an error
-            await db.execute("UPDATE sessions SET end_reason = ?, ended_at = ?"
-                             " WHERE id = ? AND end_reason IS NULL",
-                             (reason, time.time(), session_id))
+            await q.end_reason_of(db, session_id)  # an unknown id is an error
+            await db.execute(q.END_SESSION, (reason, time.time(), session_id))
         await self._write(work)
 
     async def get_compression_tip(self, session_id: str) -> str:
-        sql = ops.TIP_FROM.format(start="SELECT :sid")
-        params = {"sid": session_id, "max_depth": ops.MAX_CHAIN_DEPTH}
-        tip, depth = await self._read(lambda db: ops.fetch_one(db, sql, params))
-        if depth >= ops.MAX_CHAIN_DEPTH:
+        params = q.chain_params(session_id)
+        tip, depth = await self._read(lambda db: q.fetch_one(db, q.TIP, params))
+        if depth >= q.MAX_CHAIN_DEPTH:
             log.warning("compression chain from %s is cyclic or deeper than %d steps",
-                        session_id, ops.MAX_CHAIN_DEPTH)
+                        session_id, q.MAX_CHAIN_DEPTH)
         return str(tip)
 
     async def chain(self, session_id: str) -> list[SessionRecord]:
-        sql = (f"{ops.CHAIN} SELECT {ops.SESSION_COLUMNS} FROM chain"
-               " JOIN sessions AS s ON s.id = chain.id ORDER BY chain.depth")
-        params = {"sid": session_id, "max_depth": ops.MAX_CHAIN_DEPTH}
-        return await self._read(lambda db: ops.fetch_all(db, sql, params, ops.session_record))
+        params = q.chain_params(session_id)
+        return await self._read(
+            lambda db: q.fetch_all(db, q.CHAIN_SESSIONS, params, rows.session_record))
 
     async def list_sessions(self, chat_key: str | None = None,
                             limit: int = 200) -> list[SessionRecord]:
         """Newest first, with message count and the session's own usage totals."""
-        sql = (f"SELECT {ops.SESSION_COLUMNS} FROM sessions AS s"
-               " WHERE :key IS NULL OR s.chat_key = :key"
-               " ORDER BY s.started_at DESC, s.id DESC LIMIT :limit")
         params = {"key": chat_key, "limit": limit}
-        return await self._read(lambda db: ops.fetch_all(db, sql, params, ops.session_record))
+        return await self._read(
+            lambda db: q.fetch_all(db, q.SESSION_BY_CHAT, params, rows.session_record))
 
     async def save_engine_state(self, session_id: str, state: dict[str, Any],
                                 last_prompt_tokens: int | None = None) -> None:
-        await self._write(lambda db: ops.save_state(db, session_id, state, last_prompt_tokens))
+        await self._write(lambda db: q.save_state(db, session_id, state, last_prompt_tokens))
 
     # --- messages --------------------------------------------------------------------
     async def load_history(self, session_id: str) -> list[StoredMessage]:
-        sql = f"SELECT {ops.MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY seq"
         return await self._read(
-            lambda db: ops.fetch_all(db, sql, (session_id,), ops.stored_message))
+            lambda db: q.fetch_all(db, q.HISTORY, (session_id,), rows.stored_message))
 
     async def message(self, row_id: int) -> StoredMessage | None:
-        sql = f"SELECT {ops.MESSAGE_COLUMNS} FROM messages WHERE id = ?"
-        found = await self._read(lambda db: ops.fetch_all(db, sql, (row_id,), ops.stored_message))
+        found = await self._read(
+            lambda db: q.fetch_all(db, q.MESSAGE_BY_ID, (row_id,), rows.stored_message))
         return found[0] if found else None
 
     async def append_messages(self, session_id: str,
                               messages: list[NewMessage]) -> list[StoredMessage]:
         """Append after the session's last seq; ContinuationConflict if it was continued."""
         async def work(db: Db) -> list[StoredMessage]:
-            await ops.require_open(db, session_id)
-            return await ops.append(db, session_id, messages, time.time())
+            await q.require_open(db, session_id)
+            return await q.append(db, session_id, messages, time.time())
         return await self._write(work)
 
     async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
         async def work(db: Db) -> SessionRecord:
             now = time.time()
             if turn.before or turn.after or turn.compaction is not None:
-                await ops.require_open(db, session_id, continuing=turn.compaction is not None)
+                await q.require_open(db, session_id, continuing=turn.compaction is not None)
             else:  # only the ledger, usage or engine state: fine on an ended session too
-                await ops.end_reason_of(db, session_id)
-            before = await ops.append(db, session_id, turn.before, now)
+                await q.end_reason_of(db, session_id)
+            before = await q.append(db, session_id, turn.before, now)
             live_id = session_id
             if turn.compaction is not None:
-                live_id = await ops.continue_session(db, session_id, turn.compaction, now,
-                                                     len(before))
-            after = await ops.append(db, live_id, turn.after, now)
-            await ops.set_reply(db, turn.replied, (after or before or [None])[-1])
-            await ops.mark_inbound(db, (), turn.failed)
+                live_id = await continuation.continue_session(db, session_id, turn.compaction,
+                                                              now, len(before))
+            after = await q.append(db, live_id, turn.after, now)
+            await q.set_reply(db, turn.replied, (after or before or [None])[-1])
+            await q.mark_inbound(db, (), turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
-            await ops.insert_usage(db, session_id, turn.usage, now)
-            return await ops.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
+            await q.insert_usage(db, session_id, turn.usage, now)
+            return await q.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
         return await self._write(work)
 
     async def search(self, query: str, chat_key: str | None = None,
                      limit: int = 50) -> list[SearchHit]:
-        match = ops.fts_match(query)
+        match = q.fts_match(query)
         if match is None:
             return []
-        sql = ("SELECT m.session_id, s.chat_key, m.seq, m.role,"
-               " snippet(messages_fts, 0, '[', ']', '…', 16), m.created_at"
-               " FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid"
-               " JOIN sessions AS s ON s.id = m.session_id"
-               " WHERE messages_fts MATCH :match AND (:key IS NULL OR s.chat_key = :key)"
-               " ORDER BY rank, m.id LIMIT :limit")
         params = {"match": match, "key": chat_key, "limit": limit}
         try:
-            return await self._read(lambda db: ops.fetch_all(db, sql, params, ops.search_hit))
+            return await self._read(lambda db: q.fetch_all(db, q.SEARCH, params, rows.search_hit))
         except StoreError as exc:
             raise StoreError(f"search for {query!r} failed: {exc.__cause__ or exc}") from exc
 
@@ -244,12 +222,9 @@ class SqliteSessionStore(SessionStore):
                      extra: dict[str, Any] | None = None) -> InboundRecord | None:
         record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
                                sender_name, time.time(), "pending", None, dict(extra or {}))
-        sql = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, sender_id,"
-               " sender_name, received_at, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-               " ON CONFLICT DO NOTHING RETURNING id")
 
         async def work(db: Db) -> InboundRecord | None:
-            row = await ops.fetch_one(db, sql, ops.inbound_values(record))
+            row = await q.fetch_one(db, q.INGEST, rows.inbound_values(record))
             return replace(record, id=row[0]) if row else None
         return await self._write(work)
 
@@ -264,64 +239,48 @@ class SqliteSessionStore(SessionStore):
                       for m in messages]
 
         async def work(db: Db) -> list[StoredMessage]:
-            await ops.require_open(db, session_id)
-            stored = await ops.append(db, session_id, unanswered, time.time())
-            await ops.take_inbound(db, inbound_ids, stored)
+            await q.require_open(db, session_id)
+            stored = await q.append(db, session_id, unanswered, time.time())
+            await q.take_inbound(db, inbound_ids, stored)
             return stored
         return await self._write(work)
 
     async def find_inbound(self, platform: str, chat_id: str,
                            message_id: str) -> InboundRecord | None:
-        sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"
-               " WHERE platform = ? AND chat_id = ? AND message_id = ?")
-        found = await self._read(lambda db: ops.fetch_all(
-            db, sql, (platform, chat_id, message_id), ops.inbound_record))
+        found = await self._read(lambda db: q.fetch_all(
+            db, q.FIND_INBOUND, (platform, chat_id, message_id), rows.inbound_record))
         return found[0] if found else None
 
     async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
                                   text: str) -> str | None:
         key = (platform, chat_id, message_id)
-        where = "WHERE platform = ? AND chat_id = ? AND message_id = ?"
-
-        async def work(db: Db) -> str | None:
-            row = await ops.fetch_one(db, f"SELECT status FROM inbound {where}", key)
-            if row is not None and row[0] == "pending":
-                await db.execute(f"UPDATE inbound SET text = ? {where}", (text, *key))
-            return row[0] if row else None
-        return await self._write(work)
+        return await self._write(lambda db: q.update_pending_text(db, key, text))
 
     async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
         if status not in ("answered", "failed"):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
         answered, failed = (inbound_ids, ()) if status == "answered" else ((), inbound_ids)
-        await self._write(lambda db: ops.mark_inbound(db, answered, failed))
+        await self._write(lambda db: q.mark_inbound(db, answered, failed))
 
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
-        sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"
-               f" WHERE id {ops.IN_IDS} ORDER BY received_at, id")
+        ids = json.dumps(list(inbound_ids))
         return await self._read(
-            lambda db: ops.fetch_all(db, sql, (json.dumps(list(inbound_ids)),),
-                                     ops.inbound_record))
+            lambda db: q.fetch_all(db, q.INBOUND_BY_IDS, (ids,), rows.inbound_record))
 
     async def open_inbound(self) -> list[InboundRecord]:
-        sql = (f"SELECT {ops.INBOUND_COLUMNS} FROM inbound"
-               " WHERE status IN ('pending', 'taken') ORDER BY received_at, id")
-        return await self._read(lambda db: ops.fetch_all(db, sql, (), ops.inbound_record))
+        return await self._read(
+            lambda db: q.fetch_all(db, q.OPEN_INBOUND, (), rows.inbound_record))
 
     # --- usage -----------------------------------------------------------------------
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None:
         async def work(db: Db) -> None:
-            await ops.end_reason_of(db, session_id)  # an unknown id is an error
-            await ops.insert_usage(db, session_id, (usage,), time.time())
+            await q.end_reason_of(db, session_id)  # an unknown id is an error
+            await q.insert_usage(db, session_id, (usage,), time.time())
         await self._write(work)
 
     async def usage_totals(self, session_id: str) -> UsageTotals:
-        sql = (f"{ops.CHAIN} SELECT COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),"
-               " COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),"
-               " COALESCE(SUM(reasoning), 0), COUNT(*)"
-               " FROM usage WHERE session_id IN (SELECT id FROM chain)")
-        params = {"sid": session_id, "max_depth": ops.MAX_CHAIN_DEPTH}
-        row = await self._read(lambda db: ops.fetch_one(db, sql, params))
+        params = q.chain_params(session_id)
+        row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params))
         return UsageTotals(*row)
 
     # --- transactions ----------------------------------------------------------------

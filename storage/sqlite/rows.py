@@ -1,0 +1,112 @@
+"""Row codecs: what a row of each table looks like, and how it becomes a value and back.
+
+The column lists live here beside the codecs that depend on their order; the statements
+that use them are in `queries.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from storage.errors import StoreError
+from storage.models import InboundRecord, NewMessage, SearchHit, SessionRecord, StoredMessage
+
+_TEXT, _JSON, _NONE, _ABSENT = range(4)  # messages.content_format
+
+# A template over the table's name `s`: a RETURNING clause cannot use a table alias.
+SESSION_COLUMNS_OF = """{s}.id, {s}.chat_key, {s}.parent_session_id, {s}.kind, {s}.end_reason,
+    {s}.started_at, {s}.ended_at, {s}.model, {s}.system_prompt, {s}.title, {s}.compression_count,
+    {s}.engine_state, {s}.last_prompt_tokens,
+    (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = {s}.id),
+    (SELECT COALESCE(SUM(u.input), 0) FROM usage AS u WHERE u.session_id = {s}.id),
+    (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = {s}.id)"""
+SESSION_COLUMNS = SESSION_COLUMNS_OF.format(s="s")
+INBOUND_COLUMNS = """id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,
+    received_at, status, message_row_id, extra, reply_row_id"""
+# Everything of a messages row but its id, session and position.
+MESSAGE_FIELDS = """role, content, content_format, tool_calls, tool_call_id, tool_name, extra, tokens,
+    created_at, platform_message_id, answered, sender_id, sender_name"""
+MESSAGE_COLUMNS = f"id, session_id, seq, {MESSAGE_FIELDS}"
+FIELD_COUNT = MESSAGE_FIELDS.count(",") + 1
+
+
+def session_record(row: Sequence[Any]) -> SessionRecord:
+    values = list(row)
+    values[11] = json.loads(values[11]) if values[11] else {}
+    return SessionRecord(*values)
+
+
+def message_values(new: NewMessage, now: float) -> tuple[Any, ...]:
+    """A messages row's `MESSAGE_FIELDS`, split so that `decode_message` rebuilds the dict."""
+    rest = dict(new.message)
+    role = rest.pop("role", None)
+    if not isinstance(role, str):
+        raise StoreError(f"a message needs a string 'role', got {role!r}")
+    if "content" not in rest:
+        content, content_format = None, _ABSENT
+    elif (value := rest.pop("content")) is None:
+        content, content_format = None, _NONE
+    elif isinstance(value, str):
+        content, content_format = value, _TEXT
+    else:
+        content, content_format = dumps(value), _JSON
+    tool_calls = dumps(rest.pop("tool_calls")) if "tool_calls" in rest else None
+    tool_call_id = rest.pop("tool_call_id") if isinstance(rest.get("tool_call_id"), str) else None
+    name = rest.pop("name") if isinstance(rest.get("name"), str) else None
+    answered = None if new.answered is None else int(new.answered)
+    return (role, content, content_format, tool_calls, tool_call_id, name,
+            dumps(rest) if rest else None, new.tokens, now, new.platform_message_id,
+            answered, new.sender_id, new.sender_name)
+
+
+def decode_message(row: Sequence[Any]) -> dict[str, Any]:
+    """The dict from (role, content, content_format, tool_calls, tool_call_id, name, extra)."""
+    role, content, content_format, tool_calls, tool_call_id, name, extra = row
+    message: dict[str, Any] = {"role": role}
+    if content_format == _TEXT:
+        message["content"] = content
+    elif content_format == _JSON:
+        message["content"] = json.loads(content)
+    elif content_format == _NONE:
+        message["content"] = None
+    if tool_calls is not None:
+        message["tool_calls"] = json.loads(tool_calls)
+    if tool_call_id is not None:
+        message["tool_call_id"] = tool_call_id
+    if name is not None:
+        message["name"] = name
+    if extra:
+        message.update(json.loads(extra))
+    return message
+
+
+def stored_message(row: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(id=row[0], session_id=row[1], seq=row[2],
+                         message=decode_message(row[3:10]), tokens=row[10], created_at=row[11],
+                         platform_message_id=row[12],
+                         answered=None if row[13] is None else bool(row[13]),
+                         sender_id=row[14], sender_name=row[15])
+
+
+def inbound_values(record: InboundRecord) -> tuple[Any, ...]:
+    return (record.platform, record.chat_id, record.message_id, record.chat_key, record.text,
+            record.sender_id, record.sender_name, record.received_at, dumps(record.extra))
+
+
+def inbound_record(row: Sequence[Any]) -> InboundRecord:
+    values = list(row)
+    values[11] = json.loads(values[11]) if values[11] else {}
+    return InboundRecord(*values)
+
+
+def search_hit(row: Sequence[Any]) -> SearchHit:
+    return SearchHit(*row)
+
+
+def dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"cannot store a value that is not JSON: {exc}") from exc
