@@ -242,7 +242,7 @@ def _factory_from_module(name: str, module: ModuleType) -> EngineFactory:
 
 def _builtin_compressor(settings: EngineSettings) -> ContextEngine:
     # Imported here so the registry (and the gateway's config check) loads without it.
-    from agent.context_compressor import ContextCompressor
+    from agent.compression.compressor import ContextCompressor
 
     return ContextCompressor(settings)
 

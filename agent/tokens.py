@@ -12,13 +12,13 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
+from agent.messages import Message
 from agent.redact import redact_message
 
 IMAGE_TOKENS = 1_600
 MESSAGE_OVERHEAD = 4  # role, separators and framing every chat format adds per message
 CHARS_PER_TOKEN = 4
 
-Message = dict[str, Any]
 
 
 def estimate_text(text: str | None) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.context_compressor import ContextCompressor  # noqa: E402
+from agent.compression.compressor import ContextCompressor  # noqa: E402
 from agent.context_engine import EngineSettings  # noqa: E402
 from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
 from agent.usage import CanonicalUsage  # noqa: E402

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from agent.messages import content_text
 from storage.base import SessionStore
 from storage.models import SessionRecord
 
@@ -24,15 +25,6 @@ def _session_dict(s: SessionRecord) -> dict[str, Any]:
         "compression_count": s.compression_count, "input_tokens": s.input_tokens,
         "output_tokens": s.output_tokens, "model": s.model,
     }
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(b.get("text", f"[{b.get('type', 'block')}]")) for b in content
-                        if isinstance(b, dict))
-    return ""
 
 
 def _dump(value: Any) -> None:
@@ -73,7 +65,7 @@ async def run(store: SessionStore, args: argparse.Namespace) -> int:
             role = m.message.get("role", "?")
             who = f" ({m.sender_name})" if m.sender_name and role == "user" else ""
             flag = " [unanswered]" if m.answered is False else ""
-            print(f"[{m.seq}] {role}{who}{flag}: {_text(m.message.get('content'))}")
+            print(f"[{m.seq}] {role}{who}{flag}: {content_text(m.message.get('content'))}")
         return 0
     hits = await store.search(args.query, args.chat_key)
     for hit in hits:

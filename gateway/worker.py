@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Iterator
 from typing import TypeVar
 
-from agent.summary_render import content_text
+from agent.messages import content_text
 from gateway import commands as cmd
 from gateway.conversation import Conversations, Outgoing
 from gateway.router import CommandJob, Job, MessageJob, ResendJob, Running

@@ -140,7 +140,7 @@ async def test_a_plugin_engine_from_the_data_dir_is_used_when_config_names_it(tm
     plugin = tmp_path / "plugins" / "context_engine" / "keeper"
     plugin.mkdir(parents=True)
     (plugin / "__init__.py").write_text(
-        "from agent.context_compressor import ContextCompressor\n\n"
+        "from agent.compression.compressor import ContextCompressor\n\n"
         "class Keeper(ContextCompressor):\n"
         "    @property\n"
         "    def name(self):\n"

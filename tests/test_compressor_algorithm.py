@@ -8,15 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent.compress_assembly import (
-    merge_summary,
-    sanitize_pairs,
-    summary_role,
-    validation_error,
-)
-from agent.compress_boundaries import lighten_tail
-from agent.summary_prompts import STUB_TOOL_RESULT, SUMMARY_PREFIX, SYSTEM_NOTE
-from agent.summary_render import split_summary
+from agent.compression.assemble import sanitize_pairs, summary_role, validation_error
+from agent.compression.cut import lighten_tail
+from agent.compression.markers import merge_summary, split_summary
+from agent.compression.prompts import STUB_TOOL_RESULT, SUMMARY_PREFIX, SYSTEM_NOTE
 from tests.test_compressor_support import (
     ScriptedProvider,
     all_text,

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from agent.context_compressor import ContextCompressor
+from agent.compression.compressor import ContextCompressor
+from agent.compression.prompts import SUMMARY_PREFIX
 from agent.context_engine import CompressionReport
 from agent.providers.openai_compat import OpenAICompatProvider
-from agent.summary_prompts import SUMMARY_PREFIX
 from agent.usage import CanonicalUsage
 from tests.harness import FakeOpenAI
 from tests.test_compressor_support import CHECKPOINT, assert_valid, chat, make_engine, text_of
@@ -84,7 +84,7 @@ async def test_auth_error_aborts_changes_nothing_and_says_so(
                                           "type": "invalid_request_error",
                                           "code": "invalid_api_key"}})
     engine = engine_on(provider(fake_openai), clock)
-    with caplog.at_level(logging.WARNING, logger="agent.context_compressor"):
+    with caplog.at_level(logging.WARNING, logger="agent.compression.compressor"):
         _, report = await compress(engine, transcript(), current_tokens=DOES_NOT_FIT)
     assert report.outcome == "aborted"
     assert report.error and KEY not in report.error

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent.compression.prompts import OLDER_PREFIXES, SUMMARY_PREFIX
 from agent.errors import RateLimitedError
-from agent.summary_prompts import OLDER_PREFIXES, SUMMARY_PREFIX
 from agent.usage import CanonicalUsage
 from tests.test_compressor_support import (
     ScriptedProvider,

@@ -15,10 +15,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.compress_boundaries import head_size
-from agent.context_compressor import ContextCompressor
-from agent.summary_prompts import MERGE_BEGIN, SUMMARY_PREFIX, SYSTEM_NOTE
-from agent.summary_render import split_summary
+from agent.compression.compressor import ContextCompressor
+from agent.compression.cut import head_size
+from agent.compression.markers import split_summary
+from agent.compression.prompts import MERGE_BEGIN, SUMMARY_PREFIX, SYSTEM_NOTE
 from tests.test_compressor_support import (
     ScriptedProvider,
     all_text,

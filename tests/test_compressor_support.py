@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.context_compressor import ContextCompressor
+from agent.compression.compressor import ContextCompressor
 from agent.context_engine import EngineSettings
 from agent.errors import ProviderError
 from agent.providers.base import Completion, Provider, ProviderSettings

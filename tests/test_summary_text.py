@@ -6,20 +6,9 @@ import re
 
 import pytest
 
-from agent.errors import EmptyReplyError
-from agent.extractive import extractive_summary
-from agent.summary import (
-    Summarizer,
-    SummaryTooSmallWindow,
-    check_reply,
-    ground_active_task,
-    section_body,
-    strip_prefix,
-    trim_to,
-    upgrade_prefix,
-    with_prefix,
-)
-from agent.summary_prompts import (
+from agent.compression.extractive import extractive_summary
+from agent.compression.markers import strip_prefix, upgrade_prefix, with_prefix
+from agent.compression.prompts import (
     OLDER_PREFIXES,
     SECTIONS,
     SUMMARY_PREFIX,
@@ -27,7 +16,16 @@ from agent.summary_prompts import (
     first_request,
     update_request,
 )
-from agent.summary_render import fit_chars, truncate_middle
+from agent.compression.render import fit_chars, truncate_middle
+from agent.compression.summarizer import (
+    Summarizer,
+    SummaryTooSmallWindow,
+    check_reply,
+    ground_active_task,
+    section_body,
+    trim_to,
+)
+from agent.errors import EmptyReplyError
 from agent.tokens import TokenCache, estimate_message
 from tests.test_compressor_support import (
     CHECKPOINT,

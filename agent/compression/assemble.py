@@ -4,22 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.summary_prompts import MERGE_BEGIN, MERGE_END, STUB_TOOL_RESULT, SYSTEM_NOTE
-from agent.summary_render import content_text, split_summary
+from agent.compression.markers import merge_summary, split_summary, with_system_note
+from agent.compression.prompts import STUB_TOOL_RESULT, SYSTEM_NOTE
 from agent.tokens import Message
 
 _OTHER = {"user": "assistant", "assistant": "user"}
-
-
-def with_system_note(system: Message) -> Message:
-    """The system message with the one-time compaction note; unchanged if already there."""
-    content = system.get("content")
-    if SYSTEM_NOTE in content_text(content):
-        return system
-    if isinstance(content, list):
-        return {**system, "content": [*content, {"type": "text", "text": SYSTEM_NOTE}]}
-    text = content or ""
-    return {**system, "content": f"{text}\n\n{SYSTEM_NOTE}" if text else SYSTEM_NOTE}
 
 
 def summary_role(head: Sequence[Message], tail: Sequence[Message]) -> str | None:
@@ -36,15 +25,6 @@ def summary_role(head: Sequence[Message], tail: Sequence[Message]) -> str | None
     if flipped == last_head or (flipped == "assistant" and only_system):
         return None
     return flipped
-
-
-def merge_summary(msg: Message, summary: str) -> Message:
-    """`msg` with the summary in front of its own content, between clear markers."""
-    block = f"{MERGE_BEGIN}\n{summary}\n{MERGE_END}"
-    content = msg.get("content")
-    if isinstance(content, list):
-        return {**msg, "content": [{"type": "text", "text": block}, *content]}
-    return {**msg, "content": f"{block}\n\n{content}" if content else block}
 
 
 def assemble(head: Sequence[Message], summary: str, tail: Sequence[Message]) -> list[Message]:

@@ -15,17 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.compress_assembly import assemble, sanitize_pairs, validation_error
-from agent.compress_boundaries import Cut, find_cut, head_size, lighten_tail
-from agent.compress_budget import Budgets
-from agent.compress_guard import Guard
-from agent.context_engine import CompressionReport, ContextEngine, EngineSettings, EngineStatus
-from agent.errors import AuthError, ModelNotFoundError, ProviderError, ProviderUnavailableError
-from agent.extractive import extractive_summary
-from agent.providers.base import Provider
-from agent.redact import plain_error
-from agent.summary import Summarizer, finish_summary, task_text, upgrade_prefix
-from agent.summary_prompts import (
+from agent.compression.assemble import assemble, sanitize_pairs, validation_error
+from agent.compression.budget import Budgets
+from agent.compression.cut import Cut, find_cut, head_size, lighten_tail
+from agent.compression.extractive import extractive_summary
+from agent.compression.guard import Guard
+from agent.compression.markers import split_summary, upgrade_prefix
+from agent.compression.prompts import (
     SYSTEM_NOTE,
     notice_aborted,
     notice_fallback,
@@ -34,7 +30,12 @@ from agent.summary_prompts import (
     notice_skipped,
     notice_summary_model_failed,
 )
-from agent.summary_render import TurnRenderer, recent_user_requests, split_summary
+from agent.compression.render import TurnRenderer, recent_user_requests
+from agent.compression.summarizer import Summarizer, finish_summary, task_text
+from agent.context_engine import CompressionReport, ContextEngine, EngineSettings, EngineStatus
+from agent.errors import AuthError, ModelNotFoundError, ProviderError, ProviderUnavailableError
+from agent.providers.base import Provider
+from agent.redact import plain_error
 from agent.tokens import Calibration, Message, TokenCache, Transcript
 from agent.usage import CanonicalUsage
 

@@ -7,23 +7,20 @@ import itertools
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from agent.context_engine import UsageSink
-from agent.errors import EmptyReplyError
-from agent.providers.base import Provider
-from agent.redact import redact
-from agent.summary_prompts import (
-    OLDER_PREFIXES,
+from agent.compression.markers import strip_prefix, with_prefix
+from agent.compression.prompts import (
     SECTIONS,
-    SUMMARY_MARKER,
-    SUMMARY_PREFIX,
     active_task_missing,
     base_instructions,
     first_request,
     update_request,
 )
-from agent.summary_render import fit_chars
+from agent.compression.render import fit_chars
+from agent.context_engine import UsageSink
+from agent.errors import EmptyReplyError
+from agent.providers.base import Provider
+from agent.redact import redact
 from agent.tokens import CHARS_PER_TOKEN, MESSAGE_OVERHEAD, estimate_text
 
 log = logging.getLogger(__name__)
@@ -38,39 +35,11 @@ _KNOWN = "|".join(re.escape(name) for name in SECTIONS)
 _HEADING = re.compile(
     rf"^[ \t]*(?:#{{1,6}}[ \t]+.*|\*\*[^*\n]+\*\*[ \t]*:?[ \t]*|(?:{_KNOWN})[ \t]*:)[ \t]*$",
     re.MULTILINE | re.IGNORECASE)
-_ACTIVE = re.compile(r"active[ \t]+task", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class SummaryResult:
-    text: str  # prefixed, grounded, redacted: ready to store
-    chunks: int
-    model: str
+ACTIVE_TASK = re.compile(r"active[ \t]+task", re.IGNORECASE)
 
 
 class SummaryTooSmallWindow(EmptyReplyError):
     """The summary model's window cannot hold even one turn next to the instructions."""
-
-
-# --- the prefix ------------------------------------------------------------------------
-def with_prefix(body: str) -> str:
-    return f"{SUMMARY_PREFIX}\n{body.strip()}"
-
-
-def strip_prefix(text: str) -> str:
-    """The body of a stored summary, whatever prefix (current or older) it carries."""
-    for old in OLDER_PREFIXES:
-        if text.startswith(old):
-            return text[len(old):].lstrip()
-    if text.startswith(SUMMARY_MARKER):
-        _, _, rest = text.partition("\n")
-        return rest.lstrip("\n")
-    return text
-
-
-def upgrade_prefix(text: str) -> str:
-    """Give a stored summary the current prefix, replacing an older one."""
-    return with_prefix(strip_prefix(text))
 
 
 # --- validation and grounding ------------------------------------------------------------
@@ -112,7 +81,7 @@ def ground_active_task(text: str, task: str) -> str:
     """Put `task` (verbatim) under Active Task, replacing what the model wrote there."""
     heads = _sections(text)
     for i, (start, _body, line) in enumerate(heads):
-        if _ACTIVE.search(line):
+        if ACTIVE_TASK.search(line):
             end = heads[i + 1][0] if i + 1 < len(heads) else len(text)
             return f"{text[:start]}## Active Task\n{task}\n\n{text[end:].lstrip()}".rstrip()
     return f"## Active Task\n{task}\n\n{text.lstrip()}".rstrip()
@@ -123,7 +92,7 @@ def task_text(request: str | None, previous: str | None) -> str:
     if request:
         return fit_chars(request, TASK_CHARS)
     if previous:
-        body = section_body(strip_prefix(previous), _ACTIVE)
+        body = section_body(strip_prefix(previous), ACTIVE_TASK)
         if body:
             return body
     return active_task_missing()

@@ -11,7 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agent.summary_prompts import MERGE_BEGIN, MERGE_END, OLDER_PREFIXES, SUMMARY_MARKER
+from agent.compression.markers import split_summary
+from agent.messages import content_text
 from agent.tokens import Message, TokenCache
 
 BODY_LIMIT = 5_500
@@ -19,28 +20,6 @@ HEAD_KEEP = 4_000
 TAIL_KEEP = 1_500
 KEY_ARG_LIMIT = 3  # key arguments named in a tool-result header
 KEY_ARG_CHARS = 120
-
-
-def content_text(content: Any) -> str:
-    """The text of a content value of any shape; images become a short placeholder."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict):
-                if part.get("type") in ("image_url", "image", "input_image"):
-                    parts.append("[image]")
-                elif isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-                elif "content" in part:
-                    parts.append(content_text(part["content"]))
-        return "\n".join(p for p in parts if p)
-    return str(content)
 
 
 def truncate_middle(text: str, limit: int = BODY_LIMIT, head: int = HEAD_KEEP,
@@ -62,34 +41,6 @@ def fit_chars(text: str, limit: int) -> str:
     keep = limit - marker_room
     head = keep * 8 // 11  # the same 4,000 : 1,500 proportion as the normal cut
     return truncate_middle(text, 0, head, keep - head)[:limit]
-
-
-# --- summaries inside a transcript -----------------------------------------------------
-def is_summary_text(text: str) -> bool:
-    return text.startswith(SUMMARY_MARKER) or text.startswith(OLDER_PREFIXES)
-
-
-def split_summary(msg: Message) -> tuple[str | None, Any]:
-    """(summary text, remaining content) of a message; (None, content) for an ordinary one.
-
-    A summary is either a whole message starting with the prefix marker, or a block
-    between MERGE_BEGIN and MERGE_END at the start of a real turn it had to share.
-    """
-    content = msg.get("content")
-    first = content if isinstance(content, str) else None
-    if isinstance(content, list) and content and isinstance(content[0], dict):
-        first = content[0].get("text") if isinstance(content[0].get("text"), str) else None
-    if first is None:
-        return None, content
-    if first.startswith(MERGE_BEGIN) and MERGE_END in first:
-        inner, _, rest = first[len(MERGE_BEGIN):].partition(MERGE_END)
-        if isinstance(content, list):
-            return inner.strip(), content[1:]
-        # merge_summary writes "\n\n" before the turn's own text: drop exactly that.
-        return inner.strip(), rest[2:] if rest.startswith("\n\n") else rest.lstrip("\n")
-    if msg.get("role") in ("user", "assistant") and is_summary_text(first):
-        return first, None
-    return None, content
 
 
 # --- per-message rendering -------------------------------------------------------------

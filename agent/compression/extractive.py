@@ -9,14 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agent.summary import section_body, strip_prefix, trim_to, with_prefix
-from agent.summary_prompts import SUMMARY_PREFIX
-from agent.summary_render import (
-    content_text,
-    key_arguments,
-    recent_user_requests,
-    truncate_middle,
-)
+from agent.compression.markers import strip_prefix, with_prefix
+from agent.compression.prompts import SUMMARY_PREFIX
+from agent.compression.render import key_arguments, recent_user_requests, truncate_middle
+from agent.compression.summarizer import ACTIVE_TASK, section_body, trim_to
+from agent.messages import content_text
 from agent.tokens import Message, TokenCache
 
 MAX_CHARS = 8_000
@@ -30,7 +27,6 @@ LINE_CHARS = 200
 _PATH = re.compile(r"(?<![\w/.:@-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]*\w")
 _ERROR = re.compile(r"\b(?:error|exception|traceback|failed|failure|fatal|denied|"
                     r"not found|no such file)\b", re.IGNORECASE)
-_ACTIVE = re.compile(r"active[ \t]+task", re.IGNORECASE)
 
 
 def _one_line(text: str, limit: int = LINE_CHARS) -> str:
@@ -90,7 +86,7 @@ def extractive_summary(span: Sequence[Message], cache: TokenCache, *, task: str,
     ]
     if previous:
         earlier = strip_prefix(previous)
-        old_task = section_body(earlier, _ACTIVE)
+        old_task = section_body(earlier, ACTIVE_TASK)
         if old_task:  # superseded by the Active Task above
             earlier = earlier.replace(old_task, "(superseded)", 1)
         parts.append(_section("Earlier Summary (condensed)", [earlier], 2_500))

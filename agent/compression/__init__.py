@@ -1,0 +1,1 @@
+"""The built-in context engine, the compressor: cut, summarize, assemble."""

@@ -1,0 +1,41 @@
+"""OpenAI-format chat messages: the one way to read their text, whatever their shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Message = dict[str, Any]
+
+IMAGE_PLACEHOLDER = "[image]"
+_IMAGE_TYPES = ("image_url", "image", "input_image")
+
+
+def content_text(content: Any) -> str:
+    """The text of a content value of any shape; images become a short placeholder.
+
+    A string is itself; a list of parts joins its text parts (and the content of nested
+    tool-result blocks) with newlines; anything else is its string form.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                if part.get("type") in _IMAGE_TYPES:
+                    parts.append(IMAGE_PLACEHOLDER)
+                elif isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+                elif "content" in part:
+                    parts.append(content_text(part["content"]))
+        return "\n".join(p for p in parts if p)
+    return str(content)
+
+
+def message_text(message: Message) -> str:
+    """The text of one message's content."""
+    return content_text(message.get("content"))
