@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent.tokens import TokenCache, Transcript, estimate_message, estimate_tools
@@ -44,9 +44,6 @@ class EngineStatus:
     auto_compression_paused: bool = False  # anti-thrashing stopped automatic compaction
     cooldown_until: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class CompressionReport:
@@ -72,8 +69,6 @@ class ContextEngine(ABC):
 
     # Public token state the host may read (engines keep these current).
     last_prompt_tokens: int = 0
-    last_completion_tokens: int = 0
-    last_total_tokens: int = 0
     threshold_tokens: int = 0
     context_length: int = 0
     compression_count: int = 0
@@ -134,7 +129,7 @@ class ContextEngine(ABC):
         """A real boundary: /new, /reset, expiry. Never per turn, never on restart."""
 
     def on_session_reset(self) -> None:
-        self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
+        self.last_prompt_tokens = 0
         self.compression_count = 0
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:

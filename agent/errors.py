@@ -88,6 +88,3 @@ class EmptyReplyError(ProviderError):
 
 class EngineNotFoundError(AgentError):
     """`context.engine` names an engine that no plugin, registration or built-in provides."""
-
-
-TRANSIENT_ERRORS = (ProviderUnavailableError, RateLimitedError, EmptyReplyError)

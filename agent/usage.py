@@ -24,15 +24,6 @@ class CanonicalUsage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens
 
-    def __add__(self, other: CanonicalUsage) -> CanonicalUsage:
-        return CanonicalUsage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
-        )
-
 
 def _get(obj: Any, key: str) -> Any:
     if obj is None:
@@ -70,19 +61,4 @@ def from_openai_chat(usage: Any) -> CanonicalUsage:
         cache_write_tokens=written,
         # Already inside completion_tokens: kept for reporting, never added to output.
         reasoning_tokens=_int(_get(completion_details, "reasoning_tokens")),
-    )
-
-
-def from_openai_responses(usage: Any) -> CanonicalUsage:
-    """Responses API: input_tokens includes cached tokens."""
-    details = _get(usage, "input_tokens_details")
-    cached = _int(_get(details, "cached_tokens"))
-    written = _int(_get(details, "cache_creation_tokens"))
-    out_details = _get(usage, "output_tokens_details")
-    return CanonicalUsage(
-        input_tokens=max(_int(_get(usage, "input_tokens")) - cached - written, 0),
-        output_tokens=_int(_get(usage, "output_tokens")),
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-        reasoning_tokens=_int(_get(out_details, "reasoning_tokens")),
     )

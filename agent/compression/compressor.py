@@ -128,8 +128,6 @@ class ContextCompressor(ContextEngine):
     # --- accounting (§3) ------------------------------------------------------------------
     def update_from_response(self, usage: CanonicalUsage) -> None:
         self.last_prompt_tokens = usage.prompt_tokens
-        self.last_completion_tokens = usage.output_tokens
-        self.last_total_tokens = usage.total_tokens
 
     def calibrate(self, estimated_tokens: int, prompt_tokens: int) -> None:
         self.calibration.observe(estimated_tokens, prompt_tokens)

@@ -12,6 +12,7 @@ from agent.errors import (
     AuthError,
     EmptyReplyError,
 )
+from agent.messages import public_keys
 from agent.providers.base import Completion, Provider, ProviderSettings
 from agent.providers.classify import scrub, sdk_errors
 from agent.usage import from_anthropic
@@ -27,10 +28,6 @@ _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "len
                  "tool_use": "tool_calls", "refusal": "content_filter"}
 
 Block = dict[str, Any]
-
-
-def _public(block: dict[str, Any]) -> Block:
-    return {k: v for k, v in block.items() if not str(k).startswith("_")}
 
 
 def _image_block(part: dict[str, Any]) -> Block:
@@ -65,9 +62,9 @@ def _blocks(content: Any) -> list[Block]:
         elif kind == "image_url":
             block = _image_block(part)
         elif kind in _PASSTHROUGH_BLOCKS:
-            block = _public(part)  # already Anthropic-shaped, cache_control included
+            block = public_keys(part)  # already Anthropic-shaped, cache_control included
         else:
-            block = {"type": "text", "text": json.dumps(_public(part), ensure_ascii=False)}
+            block = {"type": "text", "text": json.dumps(public_keys(part), ensure_ascii=False)}
         if "cache_control" in part:
             block["cache_control"] = part["cache_control"]
         blocks.append(block)
@@ -209,7 +206,7 @@ def to_anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     converted = []
     for tool in tools:
         if "input_schema" in tool or "function" not in tool:
-            converted.append(_public(tool))
+            converted.append(public_keys(tool))
             continue
         function = tool["function"]
         item: dict[str, Any] = {
@@ -295,7 +292,6 @@ class AnthropicProvider(Provider):
             usage=from_anthropic(usage),
             model=response.model or self.model,
             finish_reason=_STOP_REASONS.get(response.stop_reason or "", response.stop_reason),
-            raw_usage=usage.model_dump(exclude_none=True) if usage is not None else {},
         )
 
     async def _create(self, request: dict[str, Any]) -> Any:

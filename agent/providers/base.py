@@ -33,7 +33,7 @@ class Completion:
     usage: CanonicalUsage
     model: str
     finish_reason: str | None = None
-    raw_usage: dict[str, Any] = field(default_factory=dict)
+    raw_usage: dict[str, Any] = field(default_factory=dict)  # TODO(layout): drop with local.py
 
     @property
     def text(self) -> str:

@@ -12,6 +12,7 @@ from agent.errors import (
     EmptyReplyError,
     ProviderError,
 )
+from agent.messages import public_keys
 from agent.providers.base import Completion, Provider, ProviderSettings
 from agent.providers.classify import sdk_errors
 from agent.usage import from_openai_chat
@@ -19,18 +20,14 @@ from agent.usage import from_openai_chat
 log = logging.getLogger(__name__)
 
 
-def _public(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in value.items() if not str(k).startswith("_")}
-
-
 def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
     """Drop our bookkeeping keys ("_..."), which strict servers reject as unknown fields.
 
     Only message and content-part keys: tool schemas and arguments are user data.
     """
-    clean = _public(message)
+    clean = public_keys(message)
     if isinstance(clean.get("content"), list):
-        clean["content"] = [_public(p) if isinstance(p, dict) else p for p in clean["content"]]
+        clean["content"] = [public_keys(p) if isinstance(p, dict) else p for p in clean["content"]]
     return clean
 
 
@@ -123,7 +120,6 @@ class OpenAICompatProvider(Provider):
             usage=from_openai_chat(usage),
             model=getattr(response, "model", None) or self.model,
             finish_reason=choice.finish_reason,
-            raw_usage=usage.model_dump(exclude_none=True) if usage is not None else {},
         )
 
     async def aclose(self) -> None:
