@@ -75,29 +75,65 @@ def _discord(match: re.Match[str]) -> str:
     return REDACTED if decoded.isdigit() else match.group(0)
 
 
+# Characters prose rarely puts in a word but base64 and generated tokens often do.
+_RANDOM_MARKS = frozenset(string.digits + "_~+/=")
+
+
+def _machine_made(value: str) -> bool:
+    """Whether a word looks generated: a digit or symbol, a capital inside it, or length."""
+    return (len(value) >= 16 or value[1:] != value[1:].lower()
+            or not _RANDOM_MARKS.isdisjoint(value))
+
+
+def _bearer(match: re.Match[str]) -> str:
+    # "Bearer" also starts prose ("use a Bearer token"); without a header name around it,
+    # only a value that looks generated is taken for a credential.
+    return match.group(1) + REDACTED if _machine_made(match.group(2)) else match.group(0)
+
+
 _TOKEN = r"[A-Za-z0-9_-]"
+# Armored key labels: PEM (`RSA PRIVATE KEY`) and PGP (`PGP PRIVATE KEY BLOCK`).
+_KEY_LABEL = r"[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+# An armored body line: base64 (a PGP checksum starts with `=`) or a `Version: x` header,
+# ending at a line break (or a JSON `\n`) so words after an unterminated block survive.
+_KEY_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
+_KEY_LINE = r"(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\r\n\\]*)(?![^\r\n\\])"
 
 # Order matters: whole blocks and headers first, then prefixed keys, so an
 # `api_key=sk-...` line is caught by the specific rule before the generic assignment pass.
 _RULES: tuple[_Rule, ...] = (
-    # PEM private keys, whole; an unterminated block swallows its base64/header lines.
-    _Rule(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----"
-          r"|(?:\r?\n(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*))*)",
+    # Private keys, whole. An unterminated block swallows its body lines, allowing the one
+    # empty line PGP puts after its headers.
+    _Rule(rf"-----BEGIN{_KEY_LABEL}(?:.*?-----END{_KEY_LABEL}"
+          rf"|(?:{_KEY_BREAK}{_KEY_BREAK}?{_KEY_LINE})*)",
           REDACTED, ("-----BEGIN",), flags=re.DOTALL),
     # Authorization headers (also JSON-quoted): keep the name and scheme, drop the value.
     _Rule(r"(?i)(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*"
           r"(?:(?:bearer|basic|token|digest|bot)[ \t]+)?)[^\s\"',;]+",
           _keep_prefix, ("authorization",), lowered=True),
-    _Rule(r"(Bearer[ \t]+)[A-Za-z0-9._~+/=-]{16,}", _keep_prefix, ("Bearer",),
+    # A trailing full stop ends the sentence, not the value.
+    _Rule(r"(Bearer[ \t]+)([A-Za-z0-9._~+/=-]*[A-Za-z0-9_~+/=-])", _bearer, ("Bearer",),
           not_after=_WORD),
-    # scheme://user:password@host
-    _Rule(r"(://[^\s/:@]*:)[^\s/@]+(@)", _keep_prefix, ("://",)),
+    # scheme://user:password@host. A pasted password may hold a raw `@` or `/`, so it runs
+    # to the last `@` before whitespace, a quote or the next `://` (which keeps a run of URLs
+    # linear); an `@` later in the path over-redacts, the safe way to be wrong.
+    _Rule(r"(://[^\s/:@\"'<>]*:)(?:(?!://)[^\s\"'<>])+(@)", _keep_prefix, ("://",)),
+    # MySQL clients take the password glued to -p (`mysql -u root -pS3cret db`). Elsewhere
+    # -p is a port, a parent directory or a prompt, so it counts only on a mysql or mariadb
+    # command line, within 40 words (linear time) and before a `;`, `&` or `|` ends it.
+    _Rule(r"((?:mysql|mariadb)[\w.-]*(?:[ \t]+[^\s;&|]+){0,40}?[ \t]+-p)"
+          r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s;&|]+)",
+          _keep_prefix, ("-p",)),  # one scan for the rarer half, not one per client name
     # Vendor keys with a fixed prefix. Hyphens and underscores belong to the key, so no
     # tail survives (sk-ant-api03-..., sk-proj-...).
     _Rule(rf"sk-{_TOKEN}{{20,}}", REDACTED, ("sk-",), not_after=_WORD),
+    _Rule(r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}", REDACTED, ("k_",),
+          not_after=_WORD),  # Stripe secret and restricted keys
     _Rule(r"gh[pousr]_[A-Za-z0-9]{20,}", REDACTED, ("gh",), not_after=_WORD),
     _Rule(r"github_pat_[A-Za-z0-9_]{20,}", REDACTED, ("github_pat_",), not_after=_WORD),
-    _Rule(r"xox[abposr]-[A-Za-z0-9-]{10,}", REDACTED, ("xox",), not_after=_WORD),
+    _Rule(rf"glpat-{_TOKEN}{{20,}}", REDACTED, ("glpat-",), not_after=_WORD),
+    _Rule(r"x(?:ox[abposr]|app)-[A-Za-z0-9-]{10,}", REDACTED, ("xox", "xapp-"),
+          not_after=_WORD),
     _Rule(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])", REDACTED, ("AKIA", "ASIA"), not_after=_WORD),
     _Rule(rf"AIza{_TOKEN}{{35}}", REDACTED, ("AIza",), not_after=_WORD),
     _Rule(r"hf_[A-Za-z0-9]{30,}", REDACTED, ("hf_",), not_after=_WORD),
@@ -119,43 +155,115 @@ _SECRET_KEYS: tuple[str, ...] = tuple(
      "access-key-id"]
     + [f"{a}{sep}key" for a in ("api", "access", "private", "secret") for sep in "_-"]
 )
-_QUOTED_VALUE = re.compile(r"[ \t]*(\"(?:\\.|[^\"\\\n])+\"|'(?:\\.|[^'\\\n])+')")
+_PASSWORD_KEYS = ("pass", "password", "passwd", "passphrase", "pwd")  # people choose these
+_KEY_CHARS = frozenset(string.ascii_lowercase + string.digits)
+_NAME_CHARS = _KEY_CHARS | {"_"}
+# A quoted value. The third form is a JSON string inside a JSON string (tool arguments),
+# whose own escapes arrive doubled: `\\\"` is a quote inside the value, `\"` ends it.
+_QUOTED_VALUE = re.compile(r"[ \t]*(?:\"((?:\\.|[^\"\\\n])+)\"|'((?:\\.|[^'\\\n])+)'|"
+                           r"\\\"((?:\\\\(?:\\.|[^\\\n])|\\[^\"\\\n]|[^\"\\\n])+)\\\")")
 _BARE_VALUE = re.compile(r"[ \t]*(?![=:\"'])([^\s\"',;&]+)")
 # One finder per trigger word, led by the literal word so the scan is a fast prefix search
-# (an alternation of all words would be tried at every position). Group 1 ends the key.
+# (an alternation of all words would be tried at every position). Group 1 ends the key;
+# `=>` is the PHP and Ruby hash arrow.
 _KEY_FINDERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (word, re.compile(rf"({word}[a-z0-9_-]*)[\"']?[ \t]*[:=]"))
+    (word, re.compile(rf"({word}[a-z0-9_-]*)(?:\\?[\"'])?[ \t]*(?:=>|[:=])"))
     for word in ("pass", "pwd", "secret", "token", "key", "auth", "credential")
 )
+_FLAG = re.compile(r"--([a-z][a-z0-9_.-]*)[ \t]+")
+_FLAG_VALUE = re.compile(r"(?!-)([^\s\"'`;&|]+)")
+_COOKIE = re.compile(r"cookie(\\?[\"']?)[ \t]*:[ \t]*")
+# A header value ends at a line break (also a JSON `\n`) or the quote that opened the header.
+_HEADER_VALUE = {q: re.compile(rf"((?:\\[^nr\r\n]|[^\\\r\n{q}])*)") for q in ("", "\"", "'")}
+
+Spans = dict[int, int]  # value start -> end
 
 
-def _redact_assignments(text: str, lower: str) -> str:
-    """`key = value`, `key: value`, `"key": "value"` where the key names a secret."""
-    spans: dict[int, int] = {}  # value start -> end; several finders may hit one key
+def _ends_secret_key(lower: str, end: int) -> bool:
+    """Whether the key ending at `end` names a secret: `db_password`, `DB_PASS`, not `bypass`."""
+    if lower.endswith(_SECRET_KEYS, 0, end):
+        return True
+    # `pass` ends too many words (bypass, compass) to count inside one: only as the whole
+    # key or after a separator (`DB_PASS`, `db.pass`).
+    return lower.endswith("pass", 0, end) and (end == 4 or lower[end - 5] not in _KEY_CHARS)
+
+
+def _add(spans: Spans, value: re.Match[str]) -> None:
+    """Record the value's group (inside any quotes); the longest claim on a start wins."""
+    start, end = value.span(value.lastindex or 0)
+    if start < end:
+        spans[start] = max(end, spans.get(start, end))
+
+
+def _assignment_spans(text: str, lower: str, spans: Spans) -> None:
+    """`key = value`, `key: value`, `"key": "value"`, `'key' => 'value'` for secret keys."""
     for word, finder in _KEY_FINDERS:
         if word not in lower:
             continue
         for hit in finder.finditer(lower):
             # The word must end the key: `db_password` yes, `max_tokens` or `keyboard` no.
-            if not lower.endswith(_SECRET_KEYS, 0, hit.end(1)):
-                continue
+            if _ends_secret_key(lower, hit.end(1)):
+                value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
+                if value is not None:
+                    _add(spans, value)
+
+
+def _flag_spans(text: str, lower: str, spans: Spans) -> None:
+    """`--password X`, `--token X`: a secret flag whose value is the next word."""
+    for hit in _FLAG.finditer(lower):
+        end = hit.end(1)
+        if not _ends_secret_key(lower, end) or lower.startswith("no-", hit.start(1)):
+            continue  # `--no-password` is a switch, not a flag with a value
+        value = _QUOTED_VALUE.match(text, hit.end()) or _FLAG_VALUE.match(text, hit.end())
+        # A password may be any word, but a token or key is generated: a plain word after
+        # `--token` is prose ("pass --token and --url"), not a value.
+        if value is not None and (lower.endswith(_PASSWORD_KEYS, 0, end)
+                                  or _machine_made(value[value.lastindex or 0])):
+            _add(spans, value)
+
+
+def _cookie_spans(text: str, lower: str, spans: Spans) -> None:
+    """`Cookie:` and `Set-Cookie:` values, which hold several secrets up to the line's end."""
+    reach = 0  # end of the last value: a header inside it is covered, and rescanning is slow
+    for hit in _COOKIE.finditer(lower):
+        at = hit.start()
+        if at < reach or at and lower[at - 1] in _NAME_CHARS:
+            continue  # also skip a longer name (`fortune_cookie`)
+        if hit.group(1):  # a quoted key, as in JSON: the value is the quoted string
             value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
-            if value is not None:
-                start, end = value.span(1)
-                if text[start] in "\"'":
-                    start, end = start + 1, end - 1
-                spans[start] = end
-    if not spans:
-        return text
+        else:
+            name = at - 4 if at >= 4 and lower.startswith("set-", at - 4) else at
+            opener = text[name - 1] if name and text[name - 1] in "\"'" else ""
+            value = _HEADER_VALUE[opener].match(text, hit.end())
+        if value is not None:
+            _add(spans, value)
+            reach = value.end()
+
+
+def _replace_spans(text: str, spans: Spans) -> str:
     pieces: list[str] = []
     done = 0  # text[:done] is already in pieces
     for start in sorted(spans):
-        if start < done:
-            continue  # inside a value already replaced
+        end = spans[start]
+        if start < done:  # overlaps a value already replaced: widen that one
+            done = max(done, end)
+            continue
         pieces += (text[done:start], REDACTED)
-        done = spans[start]
+        done = end
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _redact_values(text: str, lower: str) -> str:
+    """The values of secret keys, flags and cookie headers."""
+    spans: Spans = {}
+    if ":" in text or "=" in text:  # every key and header form needs one: prose skips cheaply
+        _assignment_spans(text, lower, spans)
+        if "cookie" in lower:
+            _cookie_spans(text, lower, spans)
+    if "--" in text:
+        _flag_spans(text, lower, spans)
+    return _replace_spans(text, spans) if spans else text
 
 
 def _lower(text: str) -> str:
@@ -178,8 +286,8 @@ def redact(text: str) -> str:
         # replacement never adds one, so a stale copy costs at most a wasted regex run.
         text = rule.apply(text, lower)
     if text is not original:
-        lower = _lower(text)  # the assignment pass reads positions, so it must be fresh
-    return _redact_assignments(text, lower)
+        lower = _lower(text)  # the value pass reads positions, so it must be fresh
+    return _redact_values(text, lower)
 
 
 def _redact_value(value: Any) -> Any:

@@ -14,8 +14,12 @@ class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {"at": self.formatTime(record), "level": record.levelname,
                  "logger": record.name, "message": record.getMessage()}
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+        # RedactingFilter has already rendered and redacted the traceback into exc_text;
+        # rendering exc_info again would bring back the secrets it removed.
+        exc = record.exc_text or (self.formatException(record.exc_info)
+                                  if record.exc_info else "")
+        if exc:
+            entry["exc"] = exc
         return json.dumps(entry, ensure_ascii=False)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import io
+import json
 import logging
 
 import pytest
@@ -29,6 +30,11 @@ SECRETS: dict[str, str] = {
     "discord": _DISCORD_ID + ".G1a2b3." + "abcdefghijklmnopqrstuvwxyz0123456789AB",
     "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0."
            + "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "stripe_live": "sk_live_" + "51HxYzAbCdEfGhIjKlMnOpQr",
+    "stripe_test": "sk_test_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "stripe_restricted": "rk_live_" + "51HxYzRestrictedKey0123",
+    "slack_app": "xapp-" + "1-A0123456789-1234567890123-abcdef0123456789abcdef",
+    "gitlab": "glpat-" + "xY9zAbCdEf_GhIjKl-Mn",
 }
 
 
@@ -40,7 +46,8 @@ def test_every_key_kind_is_replaced_whole_in_a_sentence(kind: str) -> None:
     assert out == f"my {kind} key is {REDACTED}. Please keep it safe."
 
 
-@pytest.mark.parametrize("kind", ["anthropic", "openai_project", "slack", "github_pat"])
+@pytest.mark.parametrize("kind", ["anthropic", "openai_project", "slack", "github_pat",
+                                  "slack_app", "gitlab"])
 def test_hyphenated_keys_leave_no_tail(kind: str) -> None:
     secret = SECRETS[kind]
     out = redact(f"export KEY_VALUE={secret}")
@@ -67,6 +74,9 @@ def test_discord_shape_without_a_numeric_id_is_not_a_token() -> None:
     ("Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: Basic {REDACTED}"),
     ('{"Authorization": "Bot abc.def.ghi"}', f'{{"Authorization": "Bot {REDACTED}"}}'),
     ("token sent as Bearer abcdefghijklmnop1234", f"token sent as Bearer {REDACTED}"),
+    # Short values with no header name around them: generated-looking, so a credential.
+    ("curl -H 'X: y' then Bearer abc123xyz", f"curl -H 'X: y' then Bearer {REDACTED}"),
+    ("sent Bearer abcDEFghi.", f"sent Bearer {REDACTED}."),
 ])
 def test_authorization_headers_keep_the_name_and_lose_the_value(text: str, expected: str) -> None:
     assert redact(text) == expected
@@ -75,6 +85,17 @@ def test_authorization_headers_keep_the_name_and_lose_the_value(text: str, expec
 def test_password_in_url_keeps_user_and_host() -> None:
     text = "connect to postgres://admin:s3cr3t!pw@db.example.com:5432/app now"
     assert redact(text) == f"connect to postgres://admin:{REDACTED}@db.example.com:5432/app now"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("postgres://admin:p@ss/w0rd@db", f"postgres://admin:{REDACTED}@db"),
+    ("psql postgres://admin:a/b@c@db.example.com:5432/app -c 'select 1'",
+     f"psql postgres://admin:{REDACTED}@db.example.com:5432/app -c 'select 1'"),
+    ('{"url": "redis://:s3c@ret@cache:6379/0"}', f'{{"url": "redis://:{REDACTED}@cache:6379/0"}}'),
+])
+def test_url_password_holding_at_or_slash_is_redacted_to_the_host(text: str,
+                                                                   expected: str) -> None:
+    assert redact(text) == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -87,9 +108,51 @@ def test_password_in_url_keeps_user_and_host() -> None:
     ("x-api-key: k-123", f"x-api-key: {REDACTED}"),
     ("Pwd=letmein;Server=db", f"Pwd={REDACTED};Server=db"),
     ("AUTH=abc private_key: 'xyz'", f"AUTH={REDACTED} private_key: '{REDACTED}'"),
+    ("DB_PASS=hunter2x", f"DB_PASS={REDACTED}"),
+    ("spring.datasource.pass: s3cr3t", f"spring.datasource.pass: {REDACTED}"),
+    ('{"pass": "letmein"}', f'{{"pass": "{REDACTED}"}}'),
+    ("$cfg = ['api_key' => 'abc123', 'debug' => true];",
+     f"$cfg = ['api_key' => '{REDACTED}', 'debug' => true];"),
+    ('{ :password => "pa ss", :host => "db" }', f'{{ :password => "{REDACTED}", :host => "db" }}'),
 ])
 def test_secret_assignments_lose_their_value(text: str, expected: str) -> None:
     assert redact(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("psql -h db --password hunter2 app", f"psql -h db --password {REDACTED} app"),
+    ("deploy --token abcDEF123456 --env prod", f"deploy --token {REDACTED} --env prod"),
+    ("cli --api-key 'k 123' --verbose", f"cli --api-key '{REDACTED}' --verbose"),
+    ("tool --password=Hun7er --secret xyz_42", f"tool --password={REDACTED} --secret {REDACTED}"),
+    ("mysql -u root -pS3cret shop", f"mysql -u root -p{REDACTED} shop"),
+    ("mysqldump -uroot -p'S3 cret' shop > dump.sql", f"mysqldump -uroot -p{REDACTED} shop > dump.sql"),
+    ("docker exec db mariadb -h 127.0.0.1 -pS3cret", f"docker exec db mariadb -h 127.0.0.1 -p{REDACTED}"),
+])
+def test_command_line_password_flags_lose_their_value(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("GET / HTTP/1.1\nCookie: sessionid=abc123; theme=dark\nHost: x",
+     f"GET / HTTP/1.1\nCookie: {REDACTED}\nHost: x"),
+    ("Set-Cookie: sid=s3cr3t; Path=/; HttpOnly", f"Set-Cookie: {REDACTED}"),
+    ('{"cookie": "sid=s3cr3t; lang=en", "ok": true}', f'{{"cookie": "{REDACTED}", "ok": true}}'),
+    ("curl -H 'Cookie: a=1; b=2' -H 'cookie: c=3' https://x.test",
+     f"curl -H 'Cookie: {REDACTED}' -H 'cookie: {REDACTED}' https://x.test"),
+])
+def test_cookie_headers_lose_the_whole_value(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_secrets_inside_json_encoded_tool_arguments_keep_the_json_valid() -> None:
+    command = 'echo \'{"password": "hunter2x"}\' > c.json; curl -H "Cookie: sid=s3cr3t" x'
+    msg = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "run", "arguments": json.dumps({"cmd": command})}}]}
+    args = redact_message(msg)["tool_calls"][0]["function"]["arguments"]
+    cmd = json.loads(args)["cmd"]
+    assert "hunter2x" not in cmd and "s3cr3t" not in cmd
+    assert cmd.startswith(f'echo \'{{"password": "{REDACTED}"}}\' > c.json; curl -H "Cookie: ')
 
 
 def test_private_key_block_is_replaced_whole() -> None:
@@ -101,6 +164,24 @@ def test_private_key_block_is_replaced_whole() -> None:
 def test_unterminated_private_key_block_still_loses_its_body() -> None:
     out = redact("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\nAAAABG5vbmU=")
     assert out == REDACTED
+
+
+PGP_BODY = ("Version: GnuPG v2\nComment: test key\n\n"
+            "lQOYBGVxYzABCADF7aB3cD4eF5gH6iJ7kL8mN9oP0qR1sT2uV3wX4yZ5\n"
+            "aB3cD4eF5gH6iJ7kL8mN9oP0qR1sT2u+/V3wX4yZ5==\n=Ab12")
+
+
+@pytest.mark.parametrize("end", ["\n-----END PGP PRIVATE KEY BLOCK-----", ""])
+def test_pgp_private_key_block_loses_headers_body_and_checksum(end: str) -> None:
+    block = f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n{PGP_BODY}{end}"
+    assert redact(f"my key:\n{block}\nthanks, keep it safe") == (
+        f"my key:\n{REDACTED}\nthanks, keep it safe")
+
+
+def test_unterminated_key_inside_tool_arguments_loses_its_body() -> None:
+    body = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\nAAAABG5vbmU=\n"
+    args = json.dumps({"path": "/root/.ssh/id", "body": body})
+    assert json.loads(redact(args)) == {"path": "/root/.ssh/id", "body": f"{REDACTED}\n"}
 
 
 ORDINARY = [
@@ -123,6 +204,14 @@ ORDINARY = [
     "ssh git@github.com:org/repo.git",
     "Ask about the API key rotation schedule tomorrow.",
     "www.google.com and docs.python.org",
+    "http://localhost:8080/path and https://host:8443/a/b?page=2",
+    "bypass=1, compass: north, passes: 3, passport=yes",
+    "mkdir -p build && ssh -p2222 deploy@host && scp -P 22 a b",
+    "use a Bearer token. Bearer auth is simple; the Bearer scheme",
+    "pass --token and --url to the script, or use the --secret flag",
+    "psql --no-password mydb; docker login --password-stdin -u me",
+    "cookies: 3, fortune_cookie: yes",
+    "sk_test_helper and rk_live_check are function names",
 ]
 
 

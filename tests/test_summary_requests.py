@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from agent.compression.prompts import SUMMARY_PREFIX
 from agent.providers.openai_compat import OpenAICompatProvider
-from agent.summary_prompts import SUMMARY_PREFIX
 from agent.tokens import estimate_message
 from tests.harness import FakeOpenAI
 from tests.test_compressor_support import (
@@ -49,13 +50,43 @@ SECRETS: dict[str, str] = {
     "bearer": "Zm9vYmFyYmF6cXV4" + "MTIzNDU2Nzg5MA",
     "url_password": "Hunter2" + "CorrectHorse",
     "private_key": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQ" + "C7VJTUt9Us8cKj",
+    "stripe": "sk_live_" + "51HxYzAbCdEfGhIjKlMnOpQr",
+    "stripe_restricted": "rk_test_" + "51HxYzRestrictedKey0123",
+    "slack_app": "xapp-" + "1-A0123456789-1234567890123-abcdef0123456789abcdef",
+    "gitlab": "glpat-" + "xY9zAbCdEf_GhIjKl-Mn",
+    "short_bearer": "q7Rz" + "Kw2x",
+    "url_password_slash": "Tr0ub4dor/" + "Horse@Battery9",
+    "pgp_key": "lQOYBGVxYzABCADF7aB3cD4eF5gH6iJ7kL8mN9oP0" + "qR1sT2uV3wX4yZ5",
+    "pgp_unterminated": "mQENBFzVxZkBCAC9oP0qR1sT2uV3wX4yZ5aB3c" + "D4eF5gH6iJ7kL8mN",
+    "dotenv_pass": "Pg" + "Rw8-mTq",
+    "password_flag": "Gl4cier" + "Mint",
+    "token_flag": "tkn9Q" + "v7Lm2Xp",
+    "mysql_p": "My" + "Sq1Pw",
+    "php_array": "phpK3y" + "Value",
+    "cookie": "sess" + "9f8e7d6c",
+    "set_cookie": "sid" + "A1b2C3d4",
+    "json_cookie": "jc" + "Z9y8X7w6",
 }
+_PGP = "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v2\n\n{}\n=Ab12"
 PLANTED = {
     **{k: f"use {v} for it" for k, v in SECRETS.items()},
     "bearer": f"curl -H 'Authorization: Bearer {SECRETS['bearer']}' https://api.example.com",
     "url_password": f"psql postgres://admin:{SECRETS['url_password']}@db.internal:5432/app",
     "private_key": "-----BEGIN RSA PRIVATE KEY-----\n" + SECRETS["private_key"]
                    + "\nAAAAB3NzaC1yc2EAAAADAQABAAABAQ\n-----END RSA PRIVATE KEY-----",
+    "short_bearer": f"the api wants Bearer {SECRETS['short_bearer']} on each call",
+    "url_password_slash":
+        f"psql postgres://admin:{SECRETS['url_password_slash']}@db.internal:5432/app",
+    "pgp_key": _PGP.format(SECRETS["pgp_key"]) + "\n-----END PGP PRIVATE KEY BLOCK-----",
+    "pgp_unterminated": _PGP.format(SECRETS["pgp_unterminated"]),
+    "dotenv_pass": f"DB_PASS={SECRETS['dotenv_pass']}",
+    "password_flag": f"psql -h db --password {SECRETS['password_flag']} app",
+    "token_flag": f"deploy --token {SECRETS['token_flag']} --env prod",
+    "mysql_p": f"mysql -u root -p{SECRETS['mysql_p']} shop",
+    "php_array": f"$cfg = ['api_key' => '{SECRETS['php_array']}'];",
+    "cookie": f"Cookie: theme=dark; sessionid={SECRETS['cookie']}",
+    "set_cookie": f"Set-Cookie: {SECRETS['set_cookie']}; Path=/; HttpOnly",
+    "json_cookie": f'{{"cookie": "theme=dark; sid={SECRETS["json_cookie"]}"}}',
 }
 
 
@@ -146,17 +177,19 @@ async def test_planted_secrets_never_reach_the_summarizer_or_the_summary(
     engine = make_engine(8_000, summarizer(fake_openai), max_output_tokens=256)
     msgs = chat(1, size=50)
     for i, (kind, text) in enumerate(PLANTED.items()):
-        msgs += [user(f"{kind}: {text}"),
+        msgs += [user(f"({kind}) {text}"),
                  assistant(f"noted {text}", [call(f"s{i}", "run", cmd=text)]),
                  result(f"s{i}", f"{text}\n" + "o" * 7_000 + f"\n{text}")]
     msgs.append(user(f"last ask, still {SECRETS['github']} here"))
-    msgs += chat(4, size=300, system=None, tag="Z")
+    # Enough later turns to fill the protected tail, so every planted turn is summarized.
+    msgs += chat(8, size=300, system=None, tag="Z")
     frozen = copy.deepcopy(msgs)
     out = await engine.compress(msgs, force=True)
     assert msgs == frozen
     assert engine.last_report is not None and engine.last_report.outcome == "compressed"
     calls = fake_openai.calls_to("/chat/completions")
-    assert calls
+    sent = "\n".join(c.body.decode() for c in calls)
+    assert [kind for kind in PLANTED if f"({kind})" not in sent] == []  # all were read
     summary = summary_of(out)
     for kind, secret in SECRETS.items():
         for c in calls:
@@ -165,6 +198,27 @@ async def test_planted_secrets_never_reach_the_summarizer_or_the_summary(
         assert secret not in summary, kind
         assert secret not in (engine.previous_summary or ""), kind
     assert "[REDACTED]" in summary
+
+
+async def test_planted_secrets_never_reach_the_logs_when_the_summarizer_fails(
+        fake_openai: FakeOpenAI, summarizer: Make, caplog: pytest.LogCaptureFixture) -> None:
+    # Some proxies echo the request in their error text: the failure is logged and shown.
+    echoed = " | ".join(PLANTED.values())
+    fake_openai.fail_next(500, body={"error": {"message": f"upstream refused: {echoed}"}},
+                          times=3)
+    engine = make_engine(8_000, summarizer(fake_openai), max_output_tokens=256)
+    msgs = chat(1, size=50)
+    for kind, text in PLANTED.items():
+        msgs += [user(f"({kind}) {text}"), assistant(f"noted {text}")]
+    msgs += chat(8, size=300, system=None, tag="Z")
+    with caplog.at_level(logging.DEBUG):  # captured before any redacting log filter runs
+        await engine.compress(msgs, force=True)
+    report = engine.last_report
+    assert report is not None and report.error and "upstream refused" in caplog.text
+    for kind, secret in SECRETS.items():
+        assert secret not in caplog.text, kind
+        assert secret not in report.error, kind
+        assert all(secret not in notice for notice in report.notices), kind
 
 
 async def test_second_compaction_sends_previous_summary_and_only_new_turns(

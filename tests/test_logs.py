@@ -1,0 +1,59 @@
+"""What the gateway writes to stderr once logging is configured from config.yaml."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import load_config
+from gateway.logs import configure_logging
+
+# Fake secrets, assembled so no scanner takes them for live ones.
+PATTERN_KEY = "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl"
+CONFIGURED_KEY = "plain-configured-" + "value-42"  # fits no pattern: masked as configured
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """configure_logging rewires the root logger and quietens some libraries: undo both."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logger.level for name, logger in _loggers()}
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    for name, logger in _loggers():
+        logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+def _loggers() -> list[tuple[str, logging.Logger]]:
+    return [(name, logger) for name, logger in logging.root.manager.loggerDict.items()
+            if isinstance(logger, logging.Logger)]
+
+
+def test_json_log_lines_keep_the_traceback_but_not_the_secrets_in_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"model": {"api_key": CONFIGURED_KEY},
+                                    "logging": {"format": "json", "level": "INFO"}}))
+    config = load_config(path, env={})
+    configure_logging(config)
+    try:
+        raise RuntimeError(f"upstream refused {PATTERN_KEY} and {CONFIGURED_KEY}")
+    except RuntimeError:
+        logging.getLogger("gateway.test_logs").exception("request failed")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert entry["message"] == "request failed"
+    assert "Traceback" in entry["exc"] and "RuntimeError: upstream refused" in entry["exc"]
+    assert PATTERN_KEY not in lines[0] and CONFIGURED_KEY not in lines[0]
+    assert "[REDACTED]" in entry["exc"]
