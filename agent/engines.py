@@ -33,8 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from agent.context_engine import ContextEngine, EngineFactory, EngineSettings
-from agent.errors import EngineNotFoundError
-from agent.redact import redact
+from agent.errors import EngineNotFoundError, plain_error
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +70,6 @@ def _as_factory(obj: Any, origin: str) -> EngineFactory:
     if callable(obj):
         return obj
     raise TypeError(f"{origin} is neither an engine class nor a factory")
-
-
-def _one_line(exc: BaseException) -> str:
-    """The exception as one short, redacted line: type and the first line of its message."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
 
 
 class EngineRegistry:
@@ -169,7 +162,7 @@ class EngineRegistry:
                       exc_info=True)
             raise EnginePluginError(
                 f"Context engine plugin {name!r} failed to load from {path}: "
-                f"{_one_line(exc)}") from None
+                f"{plain_error(exc, with_type=True)}") from None
 
     # -- entry points -------------------------------------------------------------------
 
@@ -191,7 +184,7 @@ class EngineRegistry:
                       exc_info=True)
             raise EnginePluginError(
                 f"Context engine {name!r} from {dist} ({entry.value}) failed to load: "
-                f"{_one_line(exc)}") from None
+                f"{plain_error(exc, with_type=True)}") from None
 
 
 def _import_file(path: Path) -> ModuleType:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agent.redact import REDACTED, redact
+
 
 class AgentError(Exception):
     """Base of every error the agent layer raises on purpose."""
@@ -88,3 +90,20 @@ class EmptyReplyError(ProviderError):
 
 class EngineNotFoundError(AgentError):
     """`context.engine` names an engine that no plugin, registration or built-in provides."""
+
+
+def plain_error(error: BaseException | str, *, limit: int = 200, with_type: bool = False,
+                known: str | None = None) -> str:
+    """An error as one short, redacted line for the user and the log.
+
+    `with_type` puts the exception's class name in front; `known` is a configured secret
+    (an API key) to mask even when no pattern recognises it. Redaction runs before the cut,
+    so a secret is never left half-shown at the end of the line.
+    """
+    message = " ".join(str(error).split())
+    if isinstance(error, BaseException) and (with_type or not message):
+        message = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    if known:
+        message = message.replace(known, REDACTED)
+    message = redact(message)
+    return message if len(message) <= limit else message[:limit - 1] + "…"

@@ -4,10 +4,54 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 
-from agent.redact import RedactingFilter
+from agent.redact import REDACTED, redact
 from gateway.config import Config
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts every record it sees. Attach it to handlers: logger filters skip propagation."""
+
+    MIN_KNOWN_SECRET = 8  # shorter values would mask ordinary words in every log line
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._known: set[str] = set()
+        self._known_pattern: re.Pattern[str] | None = None
+
+    def add_known_secret(self, value: str | None) -> None:
+        """Mask this exact configured value (bot token, API key) even if no pattern fits it."""
+        if not value or len(value) < self.MIN_KNOWN_SECRET or value in self._known:
+            return
+        self._known.add(value)
+        # Longest first, so a secret that contains another is masked whole.
+        ordered = sorted(self._known, key=len, reverse=True)
+        self._known_pattern = re.compile("|".join(re.escape(s) for s in ordered))
+
+    def redact(self, text: str) -> str:
+        """Exact configured secrets first (they may not fit a pattern), then the patterns."""
+        pattern = self._known_pattern
+        if pattern is not None:
+            text = pattern.sub(REDACTED, text)
+        return redact(text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # bad format args: keep what we have rather than lose the line
+            message = f"{record.msg} {record.args!r}"
+        record.msg = self.redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            # Tracebacks are rendered after filters run; render now so they are redacted too.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        return True
 
 
 class _JsonFormatter(logging.Formatter):

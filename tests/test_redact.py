@@ -10,7 +10,8 @@ import logging
 
 import pytest
 
-from agent.redact import REDACTED, RedactingFilter, redact, redact_message
+from agent.redact import REDACTED, redact, redact_message
+from gateway.logs import RedactingFilter
 
 # Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
 _DISCORD_ID = base64.b64encode(b"123456789012345678").decode().rstrip("=")

@@ -33,9 +33,14 @@ from agent.compression.prompts import (
 from agent.compression.render import TurnRenderer, recent_user_requests
 from agent.compression.summarizer import Summarizer, finish_summary, task_text
 from agent.context_engine import CompressionReport, ContextEngine, EngineSettings, EngineStatus
-from agent.errors import AuthError, ModelNotFoundError, ProviderError, ProviderUnavailableError
+from agent.errors import (
+    AuthError,
+    ModelNotFoundError,
+    ProviderError,
+    ProviderUnavailableError,
+    plain_error,
+)
 from agent.providers.base import Provider
-from agent.redact import plain_error
 from agent.tokens import Calibration, Message, TokenCache, Transcript
 from agent.usage import CanonicalUsage
 

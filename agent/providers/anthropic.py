@@ -8,13 +8,10 @@ from typing import Any
 
 import anthropic
 
-from agent.errors import (
-    AuthError,
-    EmptyReplyError,
-)
+from agent.errors import AuthError, EmptyReplyError, plain_error
 from agent.messages import public_keys
 from agent.providers.base import Completion, Provider, ProviderSettings
-from agent.providers.classify import scrub, sdk_errors
+from agent.providers.classify import sdk_errors
 from agent.usage import from_anthropic
 
 log = logging.getLogger(__name__)
@@ -256,7 +253,7 @@ class AnthropicProvider(Provider):
             # Without a key the SDK looks for credential profiles and fails on a broken one.
             raise AuthError(f"anthropic: no API key configured (model.api_key or "
                             f"ANTHROPIC_API_KEY) and no usable credentials profile: "
-                            f"{scrub(str(exc), settings.api_key)}", provider=self.kind) from exc
+                            f"{plain_error(exc, known=settings.api_key)}", provider=self.kind) from exc
 
     async def complete(
         self,

@@ -26,11 +26,10 @@ from agent.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
+    plain_error,
 )
 
 _MAX_MESSAGE = 400
-# Key-shaped words: OpenAI/Anthropic keys start with "sk-"; bearer tokens follow "Bearer".
-_SECRETISH = re.compile(r"\bsk-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )[A-Za-z0-9_\-.=]{8,}")
 
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
                             "request_too_large", "string_above_max_length"})
@@ -92,14 +91,6 @@ class ErrorInfo:
 
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
-
-
-def scrub(text: str, secret: str | None = None) -> str:
-    """Drop the API key and anything key-shaped from an error text, and keep it short."""
-    if secret:
-        text = text.replace(secret, "***")
-    text = _SECRETISH.sub("***", text)
-    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "..."
 
 
 def extract_info(status: int | None, body: Any, fallback: str = "") -> ErrorInfo:
@@ -205,7 +196,7 @@ def classify_status(info: ErrorInfo, *, provider: str, headers: Mapping[str, str
                     secret: str | None = None) -> ProviderError:
     """Map an HTTP error response to the matching `ProviderError` kind."""
     status = info.status
-    text = scrub(info.message, secret)
+    text = plain_error(info.message, limit=_MAX_MESSAGE, known=secret)
     label = f"{provider}: HTTP {status}: {text}" if status else f"{provider}: {text}"
     kw: dict[str, Any] = {"status": status, "code": info.code or info.type, "provider": provider}
     code, kind = (info.code or "").lower(), (info.type or "").lower()
@@ -249,9 +240,11 @@ def sdk_errors(sdk: ModuleType, base_error: type[Exception], *, provider: str,
                                    provider=provider) from exc
     except sdk.APIConnectionError as exc:
         raise ProviderUnavailableError(
-            f"{provider}: cannot reach {base_url}: {scrub(str(exc), secret)}",
+            f"{provider}: cannot reach {base_url}: "
+            f"{plain_error(str(exc), limit=_MAX_MESSAGE, known=secret)}",
             provider=provider) from exc
     except sdk.APIStatusError as exc:
         raise from_status_exception(exc, provider=provider, secret=secret) from exc
     except base_error as exc:
-        raise ProviderError(f"{provider}: {scrub(str(exc), secret)}", provider=provider) from exc
+        text = plain_error(str(exc), limit=_MAX_MESSAGE, known=secret)
+        raise ProviderError(f"{provider}: {text}", provider=provider) from exc
