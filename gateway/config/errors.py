@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from gateway.config_models import Config
+from gateway.config.models import Config
 
 Loc = tuple[str | int, ...]
 

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gateway.config_errors import (
+from gateway.config.errors import (
     ConfigError,
     Loc,
     dotted,
@@ -21,27 +21,10 @@ from gateway.config_errors import (
     from_validation,
     submodel,
 )
-from gateway.config_models import (
-    DB_FILENAME,
-    DEFAULT_SYSTEM_PROMPT,
-    PLATFORM_NAMES,
+from gateway.config.models import (
     Config,
     default_data_dir,
 )
-
-__all__ = [
-    "DB_FILENAME",
-    "DEFAULT_SYSTEM_PROMPT",
-    "EXIT_CONFIG",
-    "PLATFORM_NAMES",
-    "Config",
-    "ConfigError",
-    "check_storage_writable",
-    "find_config_path",
-    "load_config",
-    "require_platforms",
-    "resolve_config",
-]
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h; the systemd unit does not restart on it
 
