@@ -7,11 +7,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.context_engine import CompressionReport, ContextEngine
+from agent.context_engine import (
+    CompressionReport,
+    ContextEngine,
+    EngineFactory,
+    EngineSettings,
+    EngineStatus,
+)
 from agent.errors import AgentError, ContextOverflowError, OutputCapError
+from agent.feedback import Feedback, build_feedback
 from agent.providers.base import Completion, Provider
 from agent.tokens import Transcript
-from agent.usage import CanonicalUsage
+from agent.usage import UsageEntry, UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +29,15 @@ OVERFLOW_ADVICE = ("This conversation is too long for the model even after compa
 
 
 @dataclass(frozen=True)
-class UsageEntry:
-    model: str
-    purpose: str  # chat | summary
-    usage: CanonicalUsage
+class AgentSettings:
+    """What an agent and its engine are configured with (from config, by the host)."""
+
+    max_output_tokens: int = 1024
+    threshold: float = 0.50
+    target_ratio: float = 0.20
+    protect_last_n: int = 20
+    compression_enabled: bool = True
+    summary_context_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,10 @@ class CompactResult:
     def changed(self) -> bool:
         return self.compaction is not None
 
+    def feedback(self) -> Feedback:
+        """What /compress tells the user about this compaction."""
+        return build_feedback(list(self.before), list(self.after), self.report)
+
 
 class TurnFailed(AgentError):
     """A turn could not be answered; `user_message` is the one sentence for the user."""
@@ -97,24 +113,71 @@ class ModelLimits:
 
 
 class Agent:
-    """Owns the live transcript of one session and its context engine instance."""
+    """Owns the live transcript of one session and its context engine instance.
+
+    The host reads and steers the engine only through the methods below (status, state,
+    session boundaries, sizes), never through the engine itself.
+    """
 
     def __init__(self, provider: Provider, engine: ContextEngine, *,
-                 max_output_tokens: int = 1024, limits: ModelLimits | None = None,
-                 compression_enabled: bool = True) -> None:
+                 ledger: UsageLedger | None = None, max_output_tokens: int = 1024,
+                 limits: ModelLimits | None = None, compression_enabled: bool = True) -> None:
         self.provider = provider
         self.engine = engine
+        self.ledger = ledger or UsageLedger()
         self.max_output_tokens = max_output_tokens
         self.limits = limits or ModelLimits()
         self.compression_enabled = compression_enabled
         self.messages: Transcript = engine.new_transcript()
-        self._usage: list[UsageEntry] = []
         self._new: list[dict[str, Any]] = []  # what this turn added to the transcript
         self._split: int | None = None  # len(_new) at the last compaction of this turn
         self._accepts_force = accepts_keyword(engine.compress, "force")
         remembered = self.limits.windows.get(provider.model)
         if remembered and remembered < engine.context_length:
             engine.update_model(provider.model, remembered)
+
+    @classmethod
+    def create(cls, provider: Provider, engine_factory: EngineFactory,
+               settings: AgentSettings, *, summary_provider: Provider | None = None,
+               limits: ModelLimits | None = None) -> Agent:
+        """An agent with a fresh engine whose summarizer calls are booked on this agent."""
+        ledger = UsageLedger()
+        engine = engine_factory(EngineSettings(
+            context_length=provider.context_length, max_output_tokens=settings.max_output_tokens,
+            threshold=settings.threshold, target_ratio=settings.target_ratio,
+            protect_last_n=settings.protect_last_n,
+            summary_provider=summary_provider or provider, main_provider=provider,
+            summary_context_length=settings.summary_context_length, usage_sink=ledger.record))
+        return cls(provider, engine, ledger=ledger, max_output_tokens=settings.max_output_tokens,
+                   limits=limits, compression_enabled=settings.compression_enabled)
+
+    # --- what the host may read and tell ------------------------------------------------
+    @property
+    def window(self) -> int:
+        """The model's context window as far as we know it (a provider may have lowered it)."""
+        return self.engine.context_length
+
+    def status(self) -> EngineStatus:
+        return self.engine.get_status()
+
+    def context_tokens(self) -> int:
+        """The session's size: the last provider-reported prompt tokens, else our estimate."""
+        return self.engine.last_prompt_tokens or self.engine.raw_request_estimate(self.messages)
+
+    def export_state(self) -> dict[str, Any]:
+        """The engine's guard state, persisted per session and carried into continuations."""
+        return self.engine.export_state()
+
+    def has_content_to_compress(self) -> bool:
+        return self.engine.has_content_to_compress(self.messages)
+
+    def session_started(self, session_id: str, parent_session_id: str | None = None) -> None:
+        kwargs = {"parent_session_id": parent_session_id} if parent_session_id else {}
+        self.engine.on_session_start(session_id, **kwargs)
+
+    def session_ended(self, session_id: str) -> None:
+        """A real boundary (/new, expiry); never a turn, never a restart."""
+        self.engine.on_session_end(session_id, self.messages.as_list())
 
     # --- transcript -------------------------------------------------------------------
     def load(self, messages: list[dict[str, Any]], state: dict[str, Any] | None = None) -> None:
@@ -125,14 +188,6 @@ class Agent:
     def append(self, messages: list[dict[str, Any]]) -> None:
         """Add messages to the live transcript (each is estimated and redacted once, here)."""
         self.messages.extend(messages)
-
-    def record_usage(self, model: str, purpose: str, usage: CanonicalUsage) -> None:
-        """The engine's usage sink: summarizer calls are attributed to this session."""
-        self._usage.append(UsageEntry(model, purpose, usage))
-
-    def _drain_usage(self) -> tuple[UsageEntry, ...]:
-        spent, self._usage = tuple(self._usage), []
-        return spent
 
     def _notices(self) -> tuple[str, ...]:
         report = self.engine.last_report
@@ -165,7 +220,7 @@ class Agent:
             # A failed turn changes nothing: the next turn starts from the same transcript.
             self.messages.replace(stored)
             self.engine.restore_state(state)
-            raise TurnFailed(exc.user_message, cause=exc, usage=self._drain_usage()) from exc
+            raise TurnFailed(exc.user_message, cause=exc, usage=self.ledger.drain()) from exc
         compaction = self._compacted(stored)
         split = self._split or 0
         return TurnResult(
@@ -173,7 +228,7 @@ class Agent:
             before=tuple(self._new[:split]) if compaction else (),
             compaction=compaction,
             after=tuple(self._new[split:]) if compaction else tuple(self._new),
-            usage=self._drain_usage(),
+            usage=self.ledger.drain(),
             notices=tuple(notices),
         )
 
@@ -234,8 +289,7 @@ class Agent:
                 max_tokens = max(16, lowered)
                 log.info("output cap: retrying with max_tokens=%d", max_tokens)
                 continue
-            self._usage.append(UsageEntry(completion.model or self.provider.model, "chat",
-                                          completion.usage))
+            self.ledger.record(completion.model or self.provider.model, "chat", completion.usage)
             return completion, compacted
 
     def _learn_window(self, limit: int | None) -> None:
@@ -253,7 +307,7 @@ class Agent:
         notices: list[str] = []
         await self._compress(notices, focus_topic=focus_topic, force=force)
         return CompactResult(before=tuple(stored), compaction=self._compacted(stored),
-                             usage=self._drain_usage(), notices=tuple(notices),
+                             usage=self.ledger.drain(), notices=tuple(notices),
                              report=self.engine.last_report)
 
 

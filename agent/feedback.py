@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from agent.context_engine import CompressionReport
 from agent.redact import redact
+from agent.tokens import estimate_messages
 
 FeedbackKind = Literal["noop", "aborted", "fallback_used", "compressed"]
 Estimate = Callable[[list[dict[str, Any]]], int]
@@ -43,7 +44,8 @@ def _tokens(count: int) -> str:
 
 
 def build_feedback(before: list[dict[str, Any]], after: list[dict[str, Any]],
-                   report: CompressionReport | None, estimate: Estimate) -> Feedback:
+                   report: CompressionReport | None,
+                   estimate: Estimate = estimate_messages) -> Feedback:
     """Turn a compaction's before/after transcripts and its report into user feedback."""
     # Notices and errors may quote provider text; redact again rather than trust the source.
     warnings = tuple(redact(n) for n in report.notices) if report else ()

@@ -72,6 +72,20 @@ def estimate_message(msg: Message) -> int:
     return -(-chars // CHARS_PER_TOKEN) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
 
 
+def estimate_messages(msgs: Iterable[Message]) -> int:
+    """Rough tokens of a list of messages (uncached: for one-off sizes such as feedback)."""
+    return sum(estimate_message(m) for m in msgs)
+
+
+def over_share(tokens: int, window: int, share: float = 1.0) -> bool:
+    """The one "is this too big?" test: do `tokens` reach `share` of `window`?
+
+    The oversize check of a new message, gateway hygiene and the compressor's triggers
+    all ask it, each with its own share, of the one estimate above.
+    """
+    return window > 0 and tokens >= share * window
+
+
 def estimate_tools(tools: Sequence[dict[str, Any]] | None) -> int:
     """Tool schemas travel as JSON with every request."""
     if not tools:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,29 @@ class CanonicalUsage:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class UsageEntry:
+    """One provider call, attributed: which model, for what (chat | summary), how much."""
+
+    model: str
+    purpose: str
+    usage: CanonicalUsage
+
+
+@dataclass
+class UsageLedger:
+    """Collects the calls of one turn (the agent's and its engine's), drained per turn."""
+
+    entries: list[UsageEntry] = field(default_factory=list)
+
+    def record(self, model: str, purpose: str, usage: CanonicalUsage) -> None:
+        self.entries.append(UsageEntry(model, purpose, usage))
+
+    def drain(self) -> tuple[UsageEntry, ...]:
+        spent, self.entries = tuple(self.entries), []
+        return spent
 
 
 def _get(obj: Any, key: str) -> Any:

@@ -41,7 +41,7 @@ from agent.errors import (
     plain_error,
 )
 from agent.providers.base import Provider
-from agent.tokens import Calibration, Message, TokenCache, Transcript
+from agent.tokens import Calibration, Message, TokenCache, Transcript, over_share
 from agent.usage import CanonicalUsage
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class ContextCompressor(ContextEngine):
 
     def fits(self, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None) -> bool:
         """Would the request (plus the reply's reserved room) fit the window? O(1) on a Transcript."""
-        return self.estimate_request(messages, tools) < self.effective_window
+        return not over_share(self.estimate_request(messages, tools), self.effective_window)
 
     # --- triggers (§4) --------------------------------------------------------------------
     def _guards_allow(self) -> bool:
@@ -172,15 +172,15 @@ class ContextCompressor(ContextEngine):
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
-        return self.threshold_tokens > 0 and tokens >= self.threshold_tokens and self._guards_allow()
+        return over_share(tokens, self.threshold_tokens) and self._guards_allow()
 
     def should_compress_preflight(self, messages: Sequence[Message],
                                   tools: list[dict[str, Any]] | None = None) -> bool:
         estimate = self.estimate_request(messages, tools)
-        if estimate < self.threshold_tokens:
+        if not over_share(estimate, self.threshold_tokens):
             return False
         # A request that no longer fits must shrink whatever the guards say.
-        return estimate >= self.effective_window or self._guards_allow()
+        return over_share(estimate, self.effective_window) or self._guards_allow()
 
     def has_content_to_compress(self, messages: Sequence[Message]) -> bool:
         return self._plan(list(messages), light=True) is not None
@@ -260,7 +260,7 @@ class ContextCompressor(ContextEngine):
             return self._unchanged(msgs, "noop", before, focus_topic)
         now = self._clock()
         tokens = current_tokens if current_tokens is not None else self.calibration.apply(before)
-        fits = tokens < self.effective_window
+        fits = not over_share(tokens, self.effective_window)
         cooling = not force and self.guard.in_cooldown(now)
         if fits and not force and (cooling or self.guard.paused):
             return self._unchanged(msgs, "skipped", before, focus_topic)
