@@ -17,12 +17,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.agent import AgentSettings  # noqa: E402
+from agent.engines import resolve_engine_factory  # noqa: E402
 from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
 from agent.usage import CanonicalUsage  # noqa: E402
 from gateway.app import Gateway  # noqa: E402
+from gateway.auth import Authorizer  # noqa: E402
 from gateway.config import load_config  # noqa: E402
-from gateway.conversation import AgentSettings, Conversations  # noqa: E402
-from platforms.base import ChatRef, InboundMessage, PlatformAdapter  # noqa: E402
+from gateway.conversations import Conversations  # noqa: E402
+from platforms.base import ChatRef, Handler, InboundMessage, PlatformAdapter  # noqa: E402
+from storage.sqlite import SqliteSessionStore  # noqa: E402
 
 
 class InstantProvider(Provider):
@@ -38,8 +42,8 @@ class InstantProvider(Provider):
 class BenchPlatform(PlatformAdapter):
     name = "bench"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, handler: Handler) -> None:
+        super().__init__(handler)
         self.waiters: dict[str, asyncio.Future[None]] = {}
 
     async def start(self) -> None: ...
@@ -59,7 +63,6 @@ class BenchPlatform(PlatformAdapter):
         fut = asyncio.get_running_loop().create_future()
         self.waiters[mid] = fut
         started = time.perf_counter()
-        assert self.handler is not None
         await self.handler(InboundMessage(platform="bench", chat_id=chat_id, user_id="u",
                                           message_id=mid, text=f"message {n} from {chat_id}"))
         await fut
@@ -71,21 +74,21 @@ async def build(tmp: Path) -> tuple[Gateway, BenchPlatform]:
     cfg_path.write_text(f"storage: {{path: {tmp / 'bench.db'}}}\n"
                         "gateway: {open: true, coalesce_ms: 0}\n")
     config = load_config(cfg_path)
-    from agent.engines import resolve_engine_factory
-    from storage.sqlite import SqliteSessionStore
-
     provider = InstantProvider(ProviderSettings(provider="openai", model="instant",
                                                 context_length=128_000))
+    store = SqliteSessionStore(config.db_path)
     conversations = Conversations(
-        SqliteSessionStore(config.db_path), provider=provider, summary_provider=None,
+        store, provider=provider, summary_provider=None,
         engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
-        settings=AgentSettings(system_prompt="You are a benchmark.", max_output_tokens=256,
-                               threshold=0.5, target_ratio=0.2, protect_last_n=20,
-                               compression_enabled=True))
-    platform = BenchPlatform()
-    gateway = Gateway(config, conversations.store, conversations, [platform])
+        system_prompt="You are a benchmark.",
+        settings=AgentSettings(max_output_tokens=256, threshold=0.5, target_ratio=0.2,
+                               protect_last_n=20, compression_enabled=True))
+    gateway = Gateway(store, conversations, [BenchPlatform], auth=Authorizer(config),
+                      coalesce_ms=config.gateway.coalesce_ms)
     await gateway.initialize()
     await gateway.start()
+    platform = gateway.adapters["bench"]
+    assert isinstance(platform, BenchPlatform)
     return gateway, platform
 
 

@@ -1,61 +1,88 @@
-"""The gateway: lifecycle, wiring, and the path of every inbound message."""
+"""The gateway: its lifecycle, and the path of every inbound message up to a chat's queue."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
-from agent.engines import resolve_engine_factory
-from agent.providers.factory import build_provider
-from agent.tokens import estimate_text
-from gateway import commands as cmd
 from gateway.auth import Authorizer
-from gateway.config import Config
-from gateway.conversation import AgentSettings, Conversations
-from gateway.providers import main_settings, summary_settings
-from gateway.router import ChatRouter, CommandJob, MessageJob, Running
-from gateway.worker import GENERIC_FAILURE, ChatWorker, recovery_jobs
-from platforms.base import InboundMessage, PlatformAdapter
+from gateway.commands import CommandTable, Invocation, default_commands, parse_command
+from gateway.conversations import Conversations
+from gateway.jobs import CommandJob, MessageJob, recovery_jobs
+from gateway.outbound import Outbound
+from gateway.router import ChatRouter
+from gateway.worker import GENERIC_FAILURE, ChatWorker
+from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
 from storage.base import SessionStore
 from storage.models import InboundRecord
-from storage.sqlite import SqliteSessionStore
 
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
-MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
 
 
 class Gateway:
-    """Receives messages from adapters, gates them, and answers each chat in order, once."""
+    """Receives messages from adapters, gates them, and answers each chat in order, once.
 
-    def __init__(self, config: Config, store: SessionStore, conversations: Conversations,
-                 adapters: list[PlatformAdapter]) -> None:
-        self.config = config
+    Lifecycle: `initialize()` (store, adapters), `start()` (receive, recover what a crash
+    left), `stop()` (stop receiving, drain running turns), `shutdown()` (close it all);
+    `async with gateway:` initializes and always shuts down. Each step is a no-op when
+    already done, and `start()` refuses to run before `initialize()`.
+    """
+
+    def __init__(self, store: SessionStore, conversations: Conversations,
+                 platforms: Sequence[PlatformFactory], *, auth: Authorizer,
+                 commands: CommandTable | None = None, coalesce_ms: int = 1500) -> None:
         self.store = store
         self.conversations = conversations
-        self.adapters = {a.name: a for a in adapters}
-        self.auth = Authorizer(config)
-        self.worker = ChatWorker(store, conversations, self.adapters)
-        self.router = ChatRouter(self.worker.process, coalesce_ms=config.gateway.coalesce_ms)
+        self.auth = auth
+        self.commands = commands or default_commands()
+        self.adapters: dict[str, PlatformAdapter] = {}
+        for make in platforms:
+            adapter = make(self.handle)
+            self.adapters[adapter.name] = adapter
+        self.outbound = Outbound(self.adapters)
+        self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth)
+        self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
+        self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
 
     # --- lifecycle --------------------------------------------------------------------
+    async def __aenter__(self) -> Gateway:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
     async def initialize(self) -> None:
+        if self._state != "new":
+            return
         await self.store.initialize()
+        for adapter in self.adapters.values():
+            await adapter.initialize()
+        self._state = "initialized"
 
     async def start(self) -> None:
+        if self._state == "running":
+            return
+        if self._state != "initialized":
+            raise RuntimeError(f"start() needs an initialized gateway, not a {self._state} one")
+        self._state = "running"
         for adapter in self.adapters.values():
-            adapter.bind(self.handle)
             await adapter.start()
             self._started.append(adapter)
             try:
-                await adapter.register_commands(cmd.COMMANDS)
+                await adapter.register_commands(self.commands.menu())
             except Exception as exc:  # a command menu is a nicety, not a reason to stop
                 log.warning("%s: registering commands failed: %s", adapter.name, exc)
         await self._recover()
 
     async def stop(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> None:
+        if self._state != "running":
+            return
+        self._state = "stopped"
         for adapter in reversed(self._started):
             try:
                 await adapter.stop()
@@ -65,10 +92,17 @@ class Gateway:
         await self.router.drain(drain_timeout)
 
     async def shutdown(self) -> None:
+        if self._state == "closed":
+            return
+        await self.stop()
+        self._state = "closed"
+        for adapter in self.adapters.values():
+            try:
+                await adapter.shutdown()
+            except Exception:
+                log.exception("%s: shutdown failed", adapter.name)
         await self.store.shutdown()
-        await self.conversations.provider.aclose()
-        if self.conversations.summary_provider is not self.conversations.provider:
-            await self.conversations.summary_provider.aclose()
+        await self.conversations.aclose()
 
     async def wait_closed(self) -> None:
         """Return when every adapter has ended by itself (the console at end of input)."""
@@ -81,18 +115,17 @@ class Gateway:
             await self._handle(msg)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
-            await self.worker.send(msg.chat, GENERIC_FAILURE, msg.message_id)
-            await self.worker.delivered(msg.chat, (msg.message_id,))
+            await self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)
 
     async def _handle(self, msg: InboundMessage) -> None:
-        command = cmd.parse_command(msg.text)
+        command = parse_command(msg.text)
         if not self._addressed(msg, command):
-            return await self.worker.delivered(msg.chat, (msg.message_id,))  # nothing to say
+            return await self.outbound.delivered(msg.chat, (msg.message_id,))  # nothing to say
         if not self.auth.is_allowed(msg):
             refusal = self.auth.refusal(msg)
             if refusal:
-                await self.worker.send(msg.chat, refusal, msg.message_id)
-            return await self.worker.delivered(msg.chat, (msg.message_id,))
+                await self.outbound.send(msg.chat, refusal, msg.message_id)
+            return await self.outbound.delivered(msg.chat, (msg.message_id,))
         if msg.is_edit:
             return await self._edit(msg)
         record = await self.store.ingest(
@@ -103,10 +136,10 @@ class Gateway:
                    "admin_hint": msg.is_admin_hint})
         if record is None:
             log.info("ignoring redelivered message %s in %s", msg.message_id, msg.chat_key)
-            return await self.worker.delivered(msg.chat, (msg.message_id,))
+            return await self.outbound.delivered(msg.chat, (msg.message_id,))
         await self._route(msg, record, command)
 
-    def _addressed(self, msg: InboundMessage, command: cmd.Command | None) -> bool:
+    def _addressed(self, msg: InboundMessage, command: Invocation | None) -> bool:
         """Whether the message is for us at all; everything else is ignored unanswered."""
         if msg.is_bot:
             return False  # other bots, and our own echoes
@@ -120,15 +153,15 @@ class Gateway:
         return not msg.is_group or msg.addressed_to_bot or msg.reply_to_bot
 
     async def _route(self, msg: InboundMessage, record: InboundRecord,
-                     command: cmd.Command | None) -> None:
+                     command: Invocation | None) -> None:
         """A stored inbound message: a command, a refusal, or a job for the chat's worker."""
         if command is not None:
             return await self._command(msg, record, command)
         refusal = self._unreadable(msg)
         if refusal:
             await self.store.finish_inbound([record.id], "failed")
-            await self.worker.send(msg.chat, refusal, msg.message_id)
-            return await self.worker.delivered(msg.chat, (msg.message_id,))
+            await self.outbound.answer(msg.chat, refusal, msg.message_id)
+            return
         self.router.submit(msg.chat_key, MessageJob(msg.chat, record))
 
     def _unreadable(self, msg: InboundMessage) -> str | None:
@@ -137,12 +170,7 @@ class Gateway:
                 kinds = ", ".join(sorted(set(msg.attachments)))
                 return f"I can only read text for now, so I could not open that ({kinds})."
             return "That message was empty."
-        window = self.conversations.provider.context_length
-        if estimate_text(msg.text) > window * MAX_MESSAGE_SHARE:
-            return (f"That message is too long for this model ({len(msg.text):,} characters; "
-                    f"about {int(window * MAX_MESSAGE_SHARE * 4):,} fit). "
-                    "Please send it in smaller parts.")
-        return None
+        return self.conversations.too_long(msg.text)
 
     async def _edit(self, msg: InboundMessage) -> None:
         """An edit replaces a still-queued message's text, under the rules for new ones."""
@@ -154,54 +182,26 @@ class Gateway:
         refusal = self._unreadable(msg)
         if refusal:
             log.info("edit of %s in %s refused: %s", msg.message_id, msg.chat_key, refusal)
-            await self.worker.send(msg.chat, f"{refusal} I kept the message as it was before "
-                                   "the edit.", msg.message_id)
+            await self.outbound.send(msg.chat, f"{refusal} I kept the message as it was "
+                                     "before the edit.", msg.message_id)
             return
         status = await self.store.update_inbound_text(msg.platform, msg.chat_id,
                                                       msg.message_id, msg.text)
         log.info("edit of %s in %s (%s): %s", msg.message_id, msg.chat_key, status,
                  "applied" if status == "pending" else "ignored")
 
-    # --- commands -----------------------------------------------------------------------
     async def _command(self, msg: InboundMessage, record: InboundRecord,
-                       command: cmd.Command) -> None:
-        if command.name in cmd.SERIAL:
-            if not self.auth.may_manage(msg):
-                await self.worker.finish_command(msg, record, f"/{command.name} is admin-only here.")
-                return
-            self.router.submit(msg.chat_key, CommandJob(msg, record, command.name, command.args))
+                       invocation: Invocation) -> None:
+        """Session-changing commands queue behind the chat's turns; the rest answer now."""
+        command = self.commands.find(invocation.name)
+        allowed = command is not None and (command.access != "manage"
+                                           or self.auth.may_manage(msg))
+        if command is not None and command.serial and allowed:
+            self.router.submit(msg.chat_key, CommandJob(msg, record, command.name,
+                                                        invocation.args))
             return
-        reply = await self._immediate(msg, command)
-        await self.worker.finish_command(msg, record, reply)
-
-    async def _immediate(self, msg: InboundMessage, command: cmd.Command) -> str:
-        name = command.name
-        if name == "help":
-            return cmd.help_text()
-        if name == "start":
-            return cmd.start_text()
-        if name in cmd.MANAGE and not self.auth.may_manage(msg):
-            return f"/{name} is admin-only here."
-        if name == "status":
-            return await cmd.status_text(self.conversations, msg.chat_key)
-        if name == "usage":
-            return await cmd.usage_text(self.conversations, self.store, msg.chat_key)
-        if name == "stop":
-            return self._stop(msg, self.router.running(msg.chat_key))
-        return f"Unknown command /{name}. {cmd.help_text()}"
-
-    def _stop(self, msg: InboundMessage, running: Running | None) -> str:
-        """/stop: the sender of the running turn or an admin (any user in a DM)."""
-        if running is None:
-            return "Nothing to stop."
-        senders = {job.record.sender_id for job in running.jobs if hasattr(job, "record")}
-        if msg.is_group and not (self.auth.is_admin(msg) or msg.user_id in senders):
-            return "Only an admin or the person who asked can /stop this here."
-        if running.stop("stop"):
-            return "Stopping."
-        if running.stoppable is not None:
-            return "Too late to stop: the answer is already on its way."
-        return "Nothing to stop."
+        await self.worker.run_command(msg, record, invocation.name, invocation.args,
+                                      chat=self.router.running(msg.chat_key))
 
     # --- recovery ---------------------------------------------------------------------------
     async def _recover(self) -> None:
@@ -213,27 +213,6 @@ class Gateway:
         for chat_key, job in recovery_jobs(await self.store.open_inbound()):
             if isinstance(job, tuple):  # a pending inbound message: route it like new
                 msg, record = job
-                await self._route(msg, record, cmd.parse_command(record.text))
+                await self._route(msg, record, parse_command(record.text))
             else:
                 self.router.submit(chat_key, job)
-
-
-def create_gateway(config: Config, adapters: list[PlatformAdapter]) -> Gateway:
-    """The one place where real objects are built and wired together."""
-    store = SqliteSessionStore(config.db_path)
-    provider = build_provider(main_settings(config))
-    aux = summary_settings(config)
-    summary_provider = build_provider(aux) if aux is not None else provider
-    engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
-    settings = AgentSettings(
-        system_prompt=config.system_prompt,
-        max_output_tokens=config.model.max_output_tokens,
-        threshold=config.compression.threshold,
-        target_ratio=config.compression.target_ratio,
-        protect_last_n=config.compression.protect_last_n,
-        compression_enabled=config.compression.enabled,
-        summary_context_length=config.auxiliary.compression.context_length,
-    )
-    conversations = Conversations(store, provider=provider, summary_provider=summary_provider,
-                                  engine_factory=engine_factory, settings=settings)
-    return Gateway(config, store, conversations, adapters)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from gateway.config import EXIT_CONFIG, Config, ConfigError
 
@@ -79,75 +77,40 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _serve(args: argparse.Namespace, config: Config) -> int:
-    from gateway.app import create_gateway
-    from platforms.console import ConsoleAdapter
+    from gateway.service import serve
+    from gateway.wiring import create_gateway, platform_factories
 
-    adapters: list[Any] = []
-    if args.command == "chat" or config.platforms.console.enabled:
-        adapters.append(ConsoleAdapter(chat_id=getattr(args, "chat", "local")))
-    if args.command == "run":
-        from gateway.platforms import remote_adapters
-
-        adapters.extend(remote_adapters(config))
-    if not adapters:
+    platforms = platform_factories(
+        config, console=args.command == "chat" or config.platforms.console.enabled,
+        console_chat=getattr(args, "chat", "local"))
+    if not platforms:
         print("threadline: none of the enabled platforms is available in this version "
               "(the console is); enable platforms.console or use `threadline chat`",
               file=sys.stderr)
         return EXIT_ERROR
-    gateway = create_gateway(config, adapters)
-    stop = asyncio.Event()
-    _install_signals(stop)
-    await gateway.initialize()
-    try:
-        await gateway.start()
-        closed = asyncio.create_task(gateway.wait_closed())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (closed, stopping):
-            task.cancel()
-        await gateway.stop()
-    finally:
-        await gateway.shutdown()
-    return 0
-
-
-def _install_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            raise SystemExit(130)  # a second signal: leave now
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-        except (NotImplementedError, RuntimeError):
-            pass
+    return await serve(create_gateway(config, platforms))
 
 
 async def _offline(args: argparse.Namespace, config: Config) -> int:
-    from storage.sqlite import SqliteSessionStore
+    from gateway.wiring import build_store
 
     if args.command == "compress":
         return await _compress(args, config)
-    store = SqliteSessionStore(config.db_path)
+    store = build_store(config)
     await store.initialize()
     try:
-        from gateway import inspect
+        from gateway import sessions_cli
 
-        return await inspect.run(store, args)
+        return await sessions_cli.run(store, args)
     finally:
         await store.shutdown()
 
 
 async def _compress(args: argparse.Namespace, config: Config) -> int:
-    from gateway.app import create_gateway
     from gateway.commands import finish_compress
+    from gateway.wiring import create_gateway
 
-    gateway = create_gateway(config, [])
-    await gateway.initialize()
-    try:
+    async with create_gateway(config) as gateway:
         conversations = gateway.conversations
         prepared = await conversations.prepare_compaction(args.chat_key, args.focus)
         if prepared is None:
@@ -155,8 +118,6 @@ async def _compress(args: argparse.Namespace, config: Config) -> int:
                   "`threadline sessions list` shows the chat keys", file=sys.stderr)
             return EXIT_ERROR
         print(await finish_compress(conversations, args.chat_key, prepared))
-    finally:
-        await gateway.shutdown()
     return 0
 
 

@@ -1,66 +1,151 @@
-"""Slash commands: parsed here, answered without ever reaching the LLM (except /compress)."""
+"""Chat commands: one table of name → handler, who may run it, and when it runs.
+
+Adding a command is one `Command(...)` entry in `BUILTIN`: /help, the platforms' command
+menus, access checks and ordering all follow from it. A command never reaches the model
+(/compress asks the summary model, through the context engine).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-from agent.agent import Agent, CompactResult
-from agent.feedback import build_feedback
-from agent.tokens import estimate_message
-from gateway.conversation import Conversations
+from gateway.auth import Authorizer
+from gateway.conversations import Conversations
+from gateway.jobs import Running, Stopped
+from platforms.base import InboundMessage
 from storage.base import SessionStore
-from storage.models import SessionRecord
 
-COMMANDS: list[tuple[str, str]] = [
-    ("help", "list the commands"),
-    ("new", "end this conversation and start a fresh one"),
-    ("compress", "condense the conversation now; /compress <topic> keeps that topic in detail"),
-    ("usage", "tokens used in this chat, over its whole history"),
-    ("status", "model, context fill, compactions, session"),
-    ("stop", "cancel the answer being written"),
-]
-ALIASES = {"reset": "new", "start": "start"}
-KNOWN = {name for name, _ in COMMANDS} | set(ALIASES)
-SERIAL = {"new", "compress"}  # change the session: run in the chat's order, after its turns
-MANAGE = {"new", "compress", "usage"}  # DM: the user; group: admins
+T = TypeVar("T")
+Access = Literal["allowed", "manage"]  # manage: the user in a DM, admins in a group
 
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@(\w+))?(?:\s+(.*))?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
-class Command:
+class Invocation:
+    """A message that is a command: `/name@bot args`."""
+
     name: str
     args: str
     bot: str | None = None
 
 
-def parse_command(text: str) -> Command | None:
+def parse_command(text: str) -> Invocation | None:
     """`/cmd`, `/cmd@bot args`, any case; text like `/usr/bin` is not a command."""
     match = _COMMAND.match(text.strip())
     if not match:
         return None
-    name = match.group(1).lower()
-    return Command(ALIASES.get(name, name), (match.group(3) or "").strip(), match.group(2))
+    return Invocation(match.group(1).lower(), (match.group(3) or "").strip(), match.group(2))
 
 
-def help_text() -> str:
-    rows = "\n".join(f"/{name} - {what}" for name, what in COMMANDS)
-    return f"Commands:\n{rows}"
+@dataclass(frozen=True)
+class CommandCall:
+    """What a handler gets: the message, its arguments, and the gateway's parts."""
+
+    msg: InboundMessage
+    args: str
+    conversations: Conversations
+    store: SessionStore
+    auth: Authorizer
+    table: CommandTable
+    running: Running | None  # the chat's running batch, if any (for /stop)
+    # Runs model work that /stop may cancel (raising Stopped) in a serial command.
+    stoppable: Callable[[Awaitable[Any]], Awaitable[Any]]
 
 
-def start_text() -> str:
+Handler = Callable[[CommandCall], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str  # one line for /help and the platforms' command menus
+    run: Handler
+    access: Access = "allowed"
+    serial: bool = False  # changes the session: runs in the chat's order, after its turns
+    aliases: tuple[str, ...] = ()
+    listed: bool = True
+
+
+class CommandTable:
+    """The commands one gateway knows, by name and alias."""
+
+    def __init__(self, commands: Iterable[Command] = ()) -> None:
+        self._commands: dict[str, Command] = {}
+        self._names: dict[str, Command] = {}
+        for command in commands:
+            self.add(command)
+
+    def add(self, command: Command) -> None:
+        for name in (command.name, *command.aliases):
+            if name in self._names:
+                raise ValueError(f"command /{name} is already defined")
+        self._commands[command.name] = command
+        for name in (command.name, *command.aliases):
+            self._names[name] = command
+
+    def find(self, name: str) -> Command | None:
+        return self._names.get(name.lower())
+
+    def menu(self) -> list[tuple[str, str]]:
+        """(name, summary) of the listed commands, for /help and setMyCommands."""
+        return [(c.name, c.summary) for c in self._commands.values() if c.listed]
+
+    def help_text(self) -> str:
+        rows = "\n".join(f"/{name} - {what}" for name, what in self.menu())
+        return f"Commands:\n{rows}"
+
+
+# --- the built-in commands ------------------------------------------------------------------
+async def _help(call: CommandCall) -> str:
+    return call.table.help_text()
+
+
+async def _start(call: CommandCall) -> str:
     return ("Hi, I'm Threadline: a chat assistant that keeps the thread of long "
-            "conversations by condensing old turns instead of forgetting them.\n" + help_text())
+            "conversations by condensing old turns instead of forgetting them.\n"
+            + call.table.help_text())
+
+
+async def _new(call: CommandCall) -> str:
+    await call.conversations.reset(call.msg.chat_key)
+    return "Started a fresh conversation. The old one stays stored."
+
+
+NO_CONVERSATION = "There is no conversation here yet, so nothing to compress."
+
+
+async def _compress(call: CommandCall) -> str:
+    chat_key = call.msg.chat_key
+    try:
+        prepared = await call.stoppable(
+            call.conversations.prepare_compaction(chat_key, call.args or None))
+    except Stopped:
+        call.conversations.forget(chat_key)  # the engine may be half-way: rebuild it
+        return "Stopped: the conversation was not compressed."
+    return await finish_compress(call.conversations, chat_key, prepared)
+
+
+async def finish_compress(conversations: Conversations, chat_key: str,
+                          prepared: Any) -> str:
+    """Store a prepared manual compaction and say what it did (also the shell command)."""
+    if prepared is None:
+        return NO_CONVERSATION
+    result, session, agent = prepared
+    await conversations.persist_compaction(chat_key, session, agent, result)
+    return result.feedback().render()
 
 
 def _n(value: int) -> str:
     return f"{value:,}"
 
 
-async def status_text(conversations: Conversations, chat_key: str) -> str:
-    session, agent = await conversations.view(chat_key)
-    status = agent.engine.get_status()
+async def _status(call: CommandCall) -> str:
+    session, agent = await call.conversations.view(call.msg.chat_key)
+    status = agent.status()
     return "\n".join([
         f"Model: {agent.provider.model} ({agent.provider.kind})",
         f"Context: {_n(status.last_prompt_tokens)} / {_n(status.context_length)} tokens "
@@ -70,10 +155,10 @@ async def status_text(conversations: Conversations, chat_key: str) -> str:
     ])
 
 
-async def usage_text(conversations: Conversations, store: SessionStore, chat_key: str) -> str:
-    session, agent = await conversations.view(chat_key)
-    totals = await store.usage_totals(session.id)
-    status = agent.engine.get_status()
+async def _usage(call: CommandCall) -> str:
+    session, agent = await call.conversations.view(call.msg.chat_key)
+    totals = await call.store.usage_totals(session.id)
+    status = agent.status()
     return "\n".join([
         "Usage over this chat's whole history:",
         f"Input: {_n(totals.input_tokens)}",
@@ -88,21 +173,33 @@ async def usage_text(conversations: Conversations, store: SessionStore, chat_key
     ])
 
 
-NO_CONVERSATION = "There is no conversation here yet, so nothing to compress."
+async def _stop(call: CommandCall) -> str:
+    """The sender of the running turn or an admin (anyone allowed, in a DM)."""
+    running, msg = call.running, call.msg
+    if running is None:
+        return "Nothing to stop."
+    if msg.is_group and not (call.auth.is_admin(msg) or msg.user_id in running.senders()):
+        return "Only an admin or the person who asked can /stop this here."
+    if running.stop("stop"):
+        return "Stopping."
+    if running.stoppable is not None:
+        return "Too late to stop: the answer is already on its way."
+    return "Nothing to stop."
 
 
-async def finish_compress(conversations: Conversations, chat_key: str,
-                          prepared: tuple[CompactResult, SessionRecord, Agent] | None) -> str:
-    """Store a prepared manual compaction and say what it did."""
-    if prepared is None:
-        return NO_CONVERSATION
-    result, session, agent = prepared
-    await conversations.persist_compaction(chat_key, session, agent, result)
-    feedback = build_feedback(list(result.before), list(result.after), result.report,
-                              lambda msgs: sum(estimate_message(m) for m in msgs))
-    return feedback.render()
+BUILTIN: tuple[Command, ...] = (
+    Command("help", "list the commands", _help),
+    Command("new", "end this conversation and start a fresh one", _new, access="manage",
+            serial=True, aliases=("reset",)),
+    Command("compress", "condense the conversation now; /compress <topic> keeps that topic "
+            "in detail", _compress, access="manage", serial=True),
+    Command("usage", "tokens used in this chat, over its whole history", _usage,
+            access="manage"),
+    Command("status", "model, context fill, compactions, session", _status),
+    Command("stop", "cancel the answer being written", _stop),
+    Command("start", "what this bot does", _start, listed=False),
+)
 
 
-async def compress_text(conversations: Conversations, chat_key: str, focus: str | None) -> str:
-    prepared = await conversations.prepare_compaction(chat_key, focus or None)
-    return await finish_compress(conversations, chat_key, prepared)
+def default_commands() -> CommandTable:
+    return CommandTable(BUILTIN)

@@ -5,22 +5,24 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from agent.agent import (
     Agent,
+    AgentSettings,
     Compacted,
     CompactResult,
     ModelLimits,
     TurnFailed,
     TurnResult,
-    UsageEntry,
 )
-from agent.context_engine import EngineFactory, EngineSettings
+from agent.context_engine import EngineFactory
 from agent.providers.base import Provider
-from agent.tokens import estimate_message
+from agent.tokens import estimate_message, estimate_text, over_share
+from agent.usage import UsageEntry
 from gateway.hygiene import needs_hygiene
+from gateway.outbound import Outgoing
 from platforms.base import ChatRef
 from storage.base import SessionStore
 from storage.errors import ContinuationConflict
@@ -34,26 +36,6 @@ from storage.models import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """A message to send to the chat; `reply_to` threads it under an inbound message."""
-
-    text: str
-    reply_to: str | None = None
-    is_reply: bool = False  # the model's answer, whose delivery finishes the inbound rows
-
-
-@dataclass(frozen=True)
-class AgentSettings:
-    system_prompt: str
-    max_output_tokens: int
-    threshold: float
-    target_ratio: float
-    protect_last_n: int
-    compression_enabled: bool
-    summary_context_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,13 +57,9 @@ def new_message(message: dict[str, Any], **kw: Any) -> NewMessage:
 
 
 def usage_records(entries: Sequence[UsageEntry]) -> tuple[UsageRecord, ...]:
-    return tuple(
-        UsageRecord(model=e.model, purpose=e.purpose, input_tokens=e.usage.input_tokens,
-                    output_tokens=e.usage.output_tokens,
-                    cache_read_tokens=e.usage.cache_read_tokens,
-                    cache_write_tokens=e.usage.cache_write_tokens,
-                    reasoning_tokens=e.usage.reasoning_tokens)
-        for e in entries)
+    """The agent's usage entries as store rows (the counts carry the same names)."""
+    return tuple(UsageRecord(model=e.model, purpose=e.purpose, **asdict(e.usage))
+                 for e in entries)
 
 
 def compaction_record(compacted: Compacted, state: dict[str, Any]) -> Compaction:
@@ -89,42 +67,57 @@ def compaction_record(compacted: Compacted, state: dict[str, Any]) -> Compaction
                       engine_state=state, covers=compacted.covers, sources=compacted.sources)
 
 
+MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
+
+
 class Conversations:
     """Everything the gateway does to a chat's history, in the chat's worker."""
 
     def __init__(self, store: SessionStore, *, provider: Provider,
                  summary_provider: Provider | None, engine_factory: EngineFactory,
-                 settings: AgentSettings, max_agents: int = 256) -> None:
+                 system_prompt: str, settings: AgentSettings, max_agents: int = 256) -> None:
         self.store = store
         self.provider = provider
         self.summary_provider = summary_provider or provider
         self.engine_factory = engine_factory
+        self.system_prompt = system_prompt
         self.settings = settings
         self.limits = ModelLimits()
         self._agents: OrderedDict[str, tuple[str, Agent]] = OrderedDict()
         self._max_agents = max_agents
 
+    async def aclose(self) -> None:
+        await self.provider.aclose()
+        if self.summary_provider is not self.provider:
+            await self.summary_provider.aclose()
+
+    def too_long(self, text: str) -> str | None:
+        """Why a new message cannot be answered for its size, or None when it fits."""
+        model = self.provider.model
+        window = min(self.provider.context_length,
+                     self.limits.windows.get(model, self.provider.context_length))
+        if not over_share(estimate_text(text), window, MAX_MESSAGE_SHARE):
+            return None
+        return (f"That message is too long for this model ({len(text):,} characters; "
+                f"about {int(window * MAX_MESSAGE_SHARE * 4):,} fit). "
+                "Please send it in smaller parts.")
+
     # --- sessions and agents ------------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord:
         """The chat's live session; a new root, made atomically, when it has none."""
-        system = {"role": "system", "content": self.settings.system_prompt}
+        live = await self.store.live_session(chat_key)  # a plain read on every turn
+        if live is not None:
+            return live
+        system = {"role": "system", "content": self.system_prompt}
         return await self.store.open_session(
-            chat_key, model=self.provider.model, system_prompt=self.settings.system_prompt,
+            chat_key, model=self.provider.model, system_prompt=self.system_prompt,
             system_message=new_message(system))
 
-    def _build_agent(self) -> Agent:
-        holder: list[Agent] = []
-        s = self.settings
-        engine = self.engine_factory(EngineSettings(
-            context_length=self.provider.context_length, max_output_tokens=s.max_output_tokens,
-            threshold=s.threshold, target_ratio=s.target_ratio, protect_last_n=s.protect_last_n,
-            summary_provider=self.summary_provider, main_provider=self.provider,
-            summary_context_length=s.summary_context_length,
-            usage_sink=lambda model, purpose, usage: holder[0].record_usage(model, purpose, usage),
-        ))
-        agent = Agent(self.provider, engine, max_output_tokens=s.max_output_tokens,
-                      limits=self.limits, compression_enabled=s.compression_enabled)
-        holder.append(agent)
+    async def _load_agent(self, session: SessionRecord) -> Agent:
+        agent = Agent.create(self.provider, self.engine_factory, self.settings,
+                             summary_provider=self.summary_provider, limits=self.limits)
+        history = await self.store.load_history(session.id)
+        agent.load([m.message for m in history], session.engine_state)
         return agent
 
     async def agent_for(self, chat_key: str, session: SessionRecord | None = None
@@ -135,10 +128,8 @@ class Conversations:
         if cached and cached[0] == session.id:
             self._agents.move_to_end(chat_key)
             return session, cached[1]
-        agent = self._build_agent()
-        history = await self.store.load_history(session.id)
-        agent.load([m.message for m in history], session.engine_state)
-        agent.engine.on_session_start(session.id)
+        agent = await self._load_agent(session)
+        agent.session_started(session.id)
         self._remember(chat_key, session.id, agent)
         return session, agent
 
@@ -149,10 +140,7 @@ class Conversations:
         cached = self._agents.get(chat_key)
         if cached and cached[0] == session.id:
             return session, cached[1]
-        agent = self._build_agent()
-        history = await self.store.load_history(session.id)
-        agent.load([m.message for m in history], session.engine_state)
-        return session, agent
+        return session, await self._load_agent(session)
 
     def _remember(self, chat_key: str, session_id: str, agent: Agent) -> None:
         self._agents[chat_key] = (session_id, agent)
@@ -228,14 +216,14 @@ class Conversations:
 
     async def _persist_turn(self, prepared: Prepared, result: TurnResult) -> None:
         chat_key, session, agent = prepared.chat_key, prepared.session, prepared.agent
-        state = agent.engine.export_state()
+        state = agent.export_state()
         compaction = (compaction_record(result.compaction, state)
                       if result.compaction is not None else None)
         turn = TurnRecord(before=tuple(new_message(m) for m in result.before),
                           compaction=compaction,
                           after=tuple(new_message(m) for m in result.after),
                           replied=prepared.inbound_ids, usage=usage_records(result.usage),
-                          engine_state=state, last_prompt_tokens=agent.engine.last_prompt_tokens)
+                          engine_state=state, last_prompt_tokens=agent.status().last_prompt_tokens)
         try:
             live = await self.store.record_turn(session.id, turn)
         except ContinuationConflict:
@@ -248,12 +236,12 @@ class Conversations:
                 after=(*turn.before, *turn.after), replied=turn.replied, usage=turn.usage))
             return
         if live.id != session.id:
-            agent.engine.on_session_start(live.id, parent_session_id=session.id)
+            agent.session_started(live.id, parent_session_id=session.id)
         self._remember(chat_key, live.id, agent)
 
     async def _hygiene(self, chat: ChatRef, session: SessionRecord, agent: Agent
                        ) -> tuple[SessionRecord, list[Outgoing]]:
-        if not needs_hygiene(agent, compression_enabled=self.settings.compression_enabled):
+        if not needs_hygiene(agent):
             return session, []
         log.info("chat %s: session %s is past 85%% of the window; compacting first",
                  chat.key, session.id)
@@ -266,7 +254,7 @@ class Conversations:
                                  result: CompactResult) -> SessionRecord:
         if result.compaction is None and result.report is None and not result.usage:
             return session  # nothing happened that the store needs to know
-        state = agent.engine.export_state()
+        state = agent.export_state()
         usage = usage_records(result.usage)
         if result.compaction is None:
             await self.store.record_turn(session.id, TurnRecord(usage=usage, engine_state=state))
@@ -280,7 +268,7 @@ class Conversations:
                         chat_key)
             self.forget(chat_key)
             return await self.live_session(chat_key)
-        agent.engine.on_session_start(live.id, parent_session_id=session.id)
+        agent.session_started(live.id, parent_session_id=session.id)
         self._remember(chat_key, live.id, agent)
         return live
 
@@ -292,7 +280,7 @@ class Conversations:
         if session is None:
             return None
         session, agent = await self.agent_for(chat_key, session)
-        if not agent.engine.has_content_to_compress(agent.messages):
+        if not agent.has_content_to_compress():
             before = tuple(agent.messages)
             return CompactResult(before=before, compaction=None), session, agent
         return await agent.compact(focus, force=True), session, agent
@@ -312,6 +300,6 @@ class Conversations:
             return
         cached = self._agents.get(chat_key)
         if cached:
-            cached[1].engine.on_session_end(session.id, cached[1].messages)
+            cached[1].session_ended(session.id)
         await self.store.end_session(session.id, "reset")
         self.forget(chat_key)

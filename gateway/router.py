@@ -8,71 +8,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
-from platforms.base import ChatRef, InboundMessage
-from storage.models import InboundRecord
+from gateway.jobs import Job, MessageJob, Running
 
 log = logging.getLogger(__name__)
 
 MAX_COALESCE_WAIT_FACTOR = 3  # a burst never holds a turn back longer than 3 x coalesce_ms
-
-
-@dataclass
-class MessageJob:
-    """A user message for the model; consecutive ones are answered in one turn."""
-
-    chat: ChatRef
-    record: InboundRecord
-    arrived: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class CommandJob:
-    """A command that changes the session (/new, /compress): it runs in the chat's order."""
-
-    msg: InboundMessage
-    record: InboundRecord
-    name: str
-    args: str
-    arrived: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class ResendJob:
-    """A reply stored before a restart but never accepted by the platform."""
-
-    chat: ChatRef
-    records: tuple[InboundRecord, ...]
-    arrived: float = field(default_factory=time.monotonic)
-
-
-Job = MessageJob | CommandJob | ResendJob
-
-
-@dataclass
-class Running:
-    """The batch a chat's worker is processing, and the part of it a stop may cancel.
-
-    The processor runs the model work as `stoppable` and clears it before the results
-    are written and sent: from then on a stop is too late and the reply is delivered.
-    """
-
-    jobs: list[Job]
-    senders: frozenset[str] = frozenset()
-    stoppable: asyncio.Task | None = None
-    stop_reason: str | None = None  # stop | superseded
-
-    @property
-    def is_messages(self) -> bool:
-        return isinstance(self.jobs[0], MessageJob)
-
-    def stop(self, reason: str) -> bool:
-        if self.stoppable is None or self.stoppable.done():
-            return False
-        self.stop_reason = reason
-        self.stoppable.cancel()
-        return True
 
 
 Processor = Callable[[str, Running], Awaitable[None]]

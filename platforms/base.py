@@ -54,23 +54,32 @@ Handler = Callable[[InboundMessage], Awaitable[None]]
 
 
 class PlatformAdapter(ABC):
-    """A platform connection. Lifecycle: start() then stop(); `handler` receives messages."""
+    """A platform connection, built with the handler its messages go to.
+
+    Lifecycle, in the words the rest of the project uses: `initialize()` (connect,
+    learn who we are), `start()` (begin receiving), `stop()` (stop receiving),
+    `shutdown()` (release everything). Startup work such as registering the command menu
+    is a method of its own, `register_commands()`.
+    """
 
     name: str = "platform"
     max_message_length: int = 4096
     bot_username: str | None = None  # `/cmd@name` for another name is not for us
 
-    def __init__(self) -> None:
-        self.handler: Handler | None = None
-
-    def bind(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler) -> None:
         self.handler = handler
+
+    async def initialize(self) -> None:  # noqa: B027 - optional
+        """Connect and authenticate; nothing is received yet."""
 
     @abstractmethod
     async def start(self) -> None: ...
 
     @abstractmethod
     async def stop(self) -> None: ...
+
+    async def shutdown(self) -> None:  # noqa: B027 - optional
+        """Release connections and files; the adapter is not used again."""
 
     @abstractmethod
     async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None: ...
@@ -87,3 +96,6 @@ class PlatformAdapter(ABC):
     async def wait_closed(self) -> None:  # noqa: B027
         """Return when the platform ends by itself (console end of input); else never."""
         await asyncio.Event().wait()
+
+
+PlatformFactory = Callable[[Handler], PlatformAdapter]

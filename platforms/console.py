@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TextIO
 
-from platforms.base import ChatRef, InboundMessage, PlatformAdapter
+from platforms.base import ChatRef, Handler, InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +23,10 @@ class ConsoleAdapter(PlatformAdapter):
     name = "console"
     max_message_length = 1_000_000
 
-    def __init__(self, chat_id: str = "local", *, stdin: TextIO | None = None,
-                 stdout: TextIO | None = None, interactive: bool | None = None,
-                 user_id: str = "local") -> None:
-        super().__init__()
+    def __init__(self, handler: Handler, chat_id: str = "local", *,
+                 stdin: TextIO | None = None, stdout: TextIO | None = None,
+                 interactive: bool | None = None, user_id: str = "local") -> None:
+        super().__init__(handler)
         self.chat_id = chat_id
         self.user_id = user_id
         self._in = stdin or sys.stdin
@@ -100,7 +100,6 @@ class ConsoleAdapter(PlatformAdapter):
             self._closed.set()
 
     async def _submit(self, text: str) -> None:
-        assert self.handler is not None, "bind() the console to the gateway before start()"
         message = InboundMessage(
             platform=self.name, chat_id=self.chat_id, user_id=self.user_id,
             user_name="you", message_id=self._next_id(), text=text, is_admin_hint=True,

@@ -7,9 +7,10 @@ from typing import Any
 
 import yaml
 
-from gateway.app import Gateway, create_gateway
+from gateway.app import Gateway
 from gateway.config import Config, load_config
-from platforms.base import PlatformAdapter
+from gateway.wiring import create_gateway
+from platforms.base import PlatformFactory
 
 
 def write_config(tmp_path: Path, *, model: dict[str, Any] | None = None,
@@ -35,8 +36,8 @@ def config_for(tmp_path: Path, base_url: str, **kw: Any) -> Config:
     return load_config(write_config(tmp_path, model=model, **kw))
 
 
-async def started_gateway(config: Config, adapters: list[PlatformAdapter]) -> Gateway:
-    gateway = create_gateway(config, adapters)
+async def started_gateway(config: Config, platforms: list[PlatformFactory]) -> Gateway:
+    gateway = create_gateway(config, platforms)
     await gateway.initialize()
     await gateway.start()
     return gateway

@@ -8,7 +8,7 @@ import time
 import aiosqlite
 import pytest
 
-from gateway.conversation import new_message
+from gateway.conversations import new_message
 from tests.harness.engines import install_plugin
 from tests.harness.platform import RecordingPlatform
 from tests.support import close, config_for, is_summary_request, started_gateway

@@ -1,4 +1,9 @@
-"""A platform at the network edge: records what the gateway sends, feeds it messages."""
+"""A platform at the network edge: records what the gateway sends, feeds it messages.
+
+`RecordingPlatform()` stands in for the chat service. Handed to the gateway as a platform
+factory, it is called with the gateway's handler and returns the adapter the gateway
+drives; the test keeps the recorder, which says what users say and logs what they get.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import asyncio
 import itertools
 from dataclasses import dataclass
 
-from platforms.base import ChatRef, InboundMessage, PlatformAdapter
+from platforms.base import ChatRef, Handler, InboundMessage, PlatformAdapter
 
 
 @dataclass(frozen=True)
@@ -16,19 +21,12 @@ class Sent:
     reply_to: str | None
 
 
-class RecordingPlatform(PlatformAdapter):
-    """Stands in for a chat service: `say()` delivers a user message, `sent` logs replies."""
-
-    def __init__(self, name: str = "test", *, bot_username: str | None = "threadline_bot"
-                 ) -> None:
-        super().__init__()
-        self.name = name
-        self.bot_username = bot_username
-        self.failing_sends = 0  # the next N sends fail like a platform outage would
-        self.sent: list[Sent] = []
-        self.delivered_ids: list[str] = []
-        self._changed = asyncio.Condition()
-        self._ids = itertools.count(1)
+class _RecordingAdapter(PlatformAdapter):
+    def __init__(self, handler: Handler, recorder: RecordingPlatform) -> None:
+        super().__init__(handler)
+        self.recorder = recorder
+        self.name = recorder.name
+        self.bot_username = recorder.bot_username
 
     async def start(self) -> None:
         return None
@@ -37,6 +35,41 @@ class RecordingPlatform(PlatformAdapter):
         return None
 
     async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None:
+        await self.recorder.record_send(chat, text, reply_to)
+
+    async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
+        await self.recorder.record_delivered(message_ids)
+
+    async def register_commands(self, commands: list[tuple[str, str]]) -> None:
+        self.recorder.menu = list(commands)
+
+
+class RecordingPlatform:
+    """Stands in for a chat service: `say()` delivers a user message, `sent` logs replies."""
+
+    def __init__(self, name: str = "test", *, bot_username: str | None = "threadline_bot"
+                 ) -> None:
+        self.name = name
+        self.bot_username = bot_username
+        self.failing_sends = 0  # the next N sends fail like a platform outage would
+        self.sent: list[Sent] = []
+        self.delivered_ids: list[str] = []
+        self.menu: list[tuple[str, str]] = []  # what register_commands announced
+        self.adapter: _RecordingAdapter | None = None
+        self._changed = asyncio.Condition()
+        self._ids = itertools.count(1)
+
+    def __call__(self, handler: Handler) -> PlatformAdapter:
+        """The platform factory the gateway calls with its handler."""
+        self.adapter = _RecordingAdapter(handler, self)
+        return self.adapter
+
+    @property
+    def handler(self) -> Handler:
+        assert self.adapter is not None, "hand the recorder to a gateway first"
+        return self.adapter.handler
+
+    async def record_send(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
         if self.failing_sends:
             self.failing_sends -= 1
             raise ConnectionError("the platform is unreachable")
@@ -44,7 +77,7 @@ class RecordingPlatform(PlatformAdapter):
             self.sent.append(Sent(chat.key, text, reply_to))
             self._changed.notify_all()
 
-    async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
+    async def record_delivered(self, message_ids: tuple[str, ...]) -> None:
         async with self._changed:
             self.delivered_ids.extend(message_ids)
             self._changed.notify_all()
@@ -57,7 +90,6 @@ class RecordingPlatform(PlatformAdapter):
 
     async def say(self, text: str, **kw: object) -> InboundMessage:
         msg = self.message(text, **kw)
-        assert self.handler is not None
         await self.handler(msg)
         return msg
 

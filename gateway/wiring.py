@@ -1,0 +1,100 @@
+"""The one place where objects are built from config: store, providers, engine, platforms,
+conversations and the gateway. Everything else receives what it needs in its constructor."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+from agent.agent import AgentSettings
+from agent.engines import resolve_engine_factory
+from agent.providers.base import ProviderSettings
+from agent.providers.factory import build_provider
+from gateway.app import Gateway
+from gateway.auth import Authorizer
+from gateway.commands import CommandTable
+from gateway.config import Config
+from gateway.conversations import Conversations
+from platforms.base import PlatformFactory
+from platforms.console import ConsoleAdapter
+from storage.base import SessionStore
+from storage.sqlite import SqliteSessionStore
+
+log = logging.getLogger(__name__)
+
+REMOTE_PLATFORMS = ("telegram", "discord")
+
+
+def main_settings(config: Config) -> ProviderSettings:
+    m = config.model
+    return ProviderSettings(
+        provider=m.provider, model=m.name, base_url=m.base_url, api_key=m.api_key,
+        context_length=m.context_length, max_output_tokens=m.max_output_tokens,
+        timeout_s=m.timeout_s, max_retries=m.max_retries,
+    )
+
+
+def summary_settings(config: Config) -> ProviderSettings | None:
+    """None when `auxiliary.compression.provider` is auto: the live main model summarizes."""
+    aux = config.auxiliary.compression
+    if aux.provider == "auto":
+        return None
+    main = config.model
+    same_provider = aux.provider == main.provider
+    return ProviderSettings(
+        provider=aux.provider,
+        model=aux.model or main.name,
+        base_url=aux.base_url or (main.base_url if same_provider else None),
+        api_key=aux.api_key or (main.api_key if same_provider else None),
+        context_length=aux.context_length,
+        max_output_tokens=main.max_output_tokens,
+        timeout_s=main.timeout_s,
+        max_retries=main.max_retries,
+    )
+
+
+def agent_settings(config: Config) -> AgentSettings:
+    return AgentSettings(
+        max_output_tokens=config.model.max_output_tokens,
+        threshold=config.compression.threshold,
+        target_ratio=config.compression.target_ratio,
+        protect_last_n=config.compression.protect_last_n,
+        compression_enabled=config.compression.enabled,
+        summary_context_length=config.auxiliary.compression.context_length,
+    )
+
+
+def build_store(config: Config) -> SessionStore:
+    return SqliteSessionStore(config.db_path)
+
+
+def build_conversations(config: Config, store: SessionStore) -> Conversations:
+    """Providers, the context engine (resolved now: an unknown name fails at startup)."""
+    provider = build_provider(main_settings(config))
+    aux = summary_settings(config)
+    summary_provider = build_provider(aux) if aux is not None else provider
+    engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
+    return Conversations(store, provider=provider, summary_provider=summary_provider,
+                         engine_factory=engine_factory, system_prompt=config.system_prompt,
+                         settings=agent_settings(config))
+
+
+def platform_factories(config: Config, *, console: bool,
+                       console_chat: str = "local") -> list[PlatformFactory]:
+    """The platforms to connect: the console when asked, and every enabled remote one."""
+    factories: list[PlatformFactory] = []
+    if console:
+        factories.append(functools.partial(ConsoleAdapter, chat_id=console_chat))
+    for name in REMOTE_PLATFORMS:
+        if getattr(config.platforms, name).enabled:
+            log.error("platform %s is enabled but not available in this version; skipping", name)
+    return factories
+
+
+def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
+                   commands: CommandTable | None = None) -> Gateway:
+    store = build_store(config)
+    return Gateway(store, build_conversations(config, store), platforms,
+                   auth=Authorizer(config), commands=commands,
+                   coalesce_ms=config.gateway.coalesce_ms)

@@ -1,0 +1,156 @@
+"""What a chat's worker does with a batch: answer it, run a command, or resend a reply.
+
+Every batch has two phases. The model's part runs as a task that /stop may cancel (and
+a quick follow-up message may supersede); then the result is written and sent, which
+nothing cancels: a stop either wins before the write, or loses and the reply arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from agent.messages import message_text
+from gateway.auth import Authorizer
+from gateway.commands import CommandCall, CommandTable
+from gateway.conversations import Conversations
+from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
+from gateway.outbound import Outbound
+from platforms.base import ChatRef, InboundMessage
+from storage.base import SessionStore
+from storage.models import InboundRecord
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+GENERIC_FAILURE = "Sorry, something went wrong on my side. Please try again."
+STOPPED = "Stopped. Your message is kept; send another when ready."
+CUT_OFF = ("My reply to this was cut off by a restart and could not be recovered. "
+           "Please send it again.")
+
+
+class ChatWorker:
+    """Processes one chat's batches, called by the router in the chat's order."""
+
+    def __init__(self, store: SessionStore, conversations: Conversations, outbound: Outbound,
+                 commands: CommandTable, auth: Authorizer) -> None:
+        self.store = store
+        self.conversations = conversations
+        self.outbound = outbound
+        self.commands = commands
+        self.auth = auth
+
+    async def process(self, chat_key: str, running: Running) -> None:
+        job = running.jobs[0]
+        if isinstance(job, CommandJob):
+            await self._command(running, job)
+        elif isinstance(job, ResendJob):
+            await self._resend(job)
+        else:
+            await self._answer(chat_key, running)
+
+    # --- running commands (also the immediate ones, outside the worker) --------------------
+    async def run_command(self, msg: InboundMessage, record: InboundRecord, name: str,
+                          args: str, *, chat: Running | None, own: Running | None = None
+                          ) -> None:
+        """Answer a command and finish its ledger row; failures become one sentence.
+
+        `chat` is the batch the chat is running (what /stop would stop); `own` is this
+        command's batch when it runs in the chat's order (serial), whose model work /stop
+        may cancel.
+        """
+        command = self.commands.find(name)
+        if command is None:
+            reply = f"Unknown command /{name}. {self.commands.help_text()}"
+        elif command.access == "manage" and not self.auth.may_manage(msg):
+            reply = f"/{command.name} is admin-only here."
+        else:
+            call = CommandCall(msg, args, self.conversations, self.store, self.auth,
+                               self.commands, chat, self._stoppable_in(own))
+            try:
+                reply = await command.run(call)
+            except Exception:
+                log.exception("/%s failed in %s", name, msg.chat_key)
+                reply = GENERIC_FAILURE
+        await self.store.finish_inbound([record.id], "answered")
+        await self.outbound.answer(msg.chat, reply, msg.message_id)
+
+    def _stoppable_in(self, running: Running | None):  # noqa: ANN202 - a closure
+        async def stoppable(work: Awaitable[T]) -> T:
+            if running is None:
+                return await work
+            result = await self._until_stopped(running, work)
+            if result is None and running.stop_reason:
+                raise Stopped
+            return result  # type: ignore[return-value]
+        return stoppable
+
+    async def _command(self, running: Running, job: CommandJob) -> None:
+        await self.run_command(job.msg, job.record, job.name, job.args, chat=running,
+                               own=running)
+
+    # --- the two phases of a message batch ----------------------------------------------------
+    @staticmethod
+    async def _until_stopped(running: Running, work: Awaitable[T]) -> T | None:
+        """Run the stoppable part; None when a stop (or a newer message) cancelled it."""
+        running.stoppable = task = asyncio.ensure_future(work)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and running.stop_reason and not (current and current.cancelling()):
+                return None
+            raise
+
+    async def _answer(self, chat_key: str, running: Running) -> None:
+        jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
+        chat, records = jobs[0].chat, [job.record for job in jobs]
+        ids = tuple(r.message_id for r in records)
+        typing = asyncio.create_task(self.outbound.keep_typing(chat))
+        failure: str | None = None
+        try:
+            prepared = await self._until_stopped(
+                running, self.conversations.prepare(chat, records))
+        except Exception:
+            log.exception("turn failed in %s", chat_key)
+            prepared, failure = None, "failed"
+        finally:
+            typing.cancel()
+        if prepared is None:
+            return await self._not_answered(chat, records, failure or running.stop_reason)
+        try:
+            outgoing = await self.conversations.commit(prepared)
+        except Exception:
+            log.exception("storing the turn failed in %s", chat_key)
+            return await self._not_answered(chat, records, "failed")
+        accepted = await self.outbound.send_all(chat, outgoing)
+        if prepared.result is not None:
+            if accepted:
+                await self.store.finish_inbound([r.id for r in records], "answered")
+            else:
+                log.warning("chat %s: the reply was not accepted; it is kept and sent again "
+                            "after a restart", chat_key)
+        await self.outbound.delivered(chat, ids)
+
+    async def _not_answered(self, chat: ChatRef, records: list[InboundRecord],
+                            reason: str | None) -> None:
+        """A turn that produced nothing: superseded (silently), stopped, or failed."""
+        failed = reason != "superseded"
+        await asyncio.shield(self.conversations.abandon(chat.key, records, failed=failed))
+        if not failed:
+            return  # the router answers these together with the newer message
+        text = STOPPED if reason == "stop" else GENERIC_FAILURE
+        await self.outbound.send(chat, text, None if reason == "stop" else records[-1].message_id)
+        await self.outbound.delivered(chat, tuple(r.message_id for r in records))
+
+    async def _resend(self, job: ResendJob) -> None:
+        records = list(job.records)
+        row = records[0].reply_row_id
+        stored = await self.store.message(row) if row is not None else None
+        text = message_text(stored.message).strip() if stored else ""
+        if await self.outbound.send(job.chat, text or CUT_OFF, records[-1].message_id):
+            await self.store.finish_inbound([r.id for r in records], "answered")
+        await self.outbound.delivered(job.chat, tuple(r.message_id for r in records))
