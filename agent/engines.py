@@ -12,7 +12,8 @@ Resolution order for a name:
      as ``cls(settings)``.
 2. Engines registered in code with ``EngineRegistry.register``, then the entry-point group
    ``threadline.context_engines`` (the entry point loads to a factory or an engine class).
-3. The built-in ``"compressor"``: ``agent.context_compressor.ContextCompressor``.
+3. The built-in engines, registered the same way as any code registration but consulted
+   last: ``"compressor"`` (``agent.compression.compressor.ContextCompressor``).
 
 A plugin file is only imported when its name is resolved, so a plugin is never active
 unless config names it. Unknown names and broken plugins raise ``EngineNotFoundError``
@@ -88,15 +89,23 @@ class EngineRegistry:
         self.entry_point_group = entry_point_group  # None turns entry points off
         self._registered: dict[str, EngineFactory] = {}
         self._loaded: dict[str, EngineFactory] = {}  # plugin/entry-point results, per name
+        # Built-in engines go through the same registration as everyone's, one tier down.
+        self._builtin: dict[str, EngineFactory] = {}
+        self.register(BUILTIN_ENGINE, _builtin_compressor, builtin=True)
 
     def register(self, name: str, factory: EngineFactory | type[ContextEngine], *,
-                 replace: bool = False) -> None:
-        """Make `factory` available as `name` (an engine class or a settings -> engine callable)."""
+                 replace: bool = False, builtin: bool = False) -> None:
+        """Make `factory` available as `name` (an engine class or a settings -> engine callable).
+
+        `builtin` puts it in the last tier, below entry points: an installed engine of the
+        same name wins over ours.
+        """
         if not _VALID_NAME.match(name):
             raise ValueError(f"invalid context engine name {name!r}")
-        if name in self._registered and not replace:
+        tier = self._builtin if builtin else self._registered
+        if name in tier and not replace:
             raise ValueError(f"context engine {name!r} is already registered")
-        self._registered[name] = _as_factory(factory, f"engine {name!r}")
+        tier[name] = _as_factory(factory, f"engine {name!r}")
         self._loaded.pop(name, None)  # code registration outranks a cached entry point
 
     def resolve(self, name: str) -> EngineFactory:
@@ -118,8 +127,8 @@ class EngineRegistry:
             factory = self._load_entry_point(name, entry)
             self._loaded[name] = factory
             return factory
-        if name == BUILTIN_ENGINE:
-            return _builtin_compressor
+        if name in self._builtin:
+            return self._builtin[name]
         raise EngineNotFoundError(
             f"Unknown context engine {name!r} (context.engine). "
             f"Available: {', '.join(self.available())}.")
@@ -135,7 +144,7 @@ class EngineRegistry:
 
     def available(self) -> list[str]:
         """Every name resolve() could find right now, sorted; cheap enough for an error message."""
-        names = {BUILTIN_ENGINE, *self._registered, *self._loaded}
+        names = {*self._builtin, *self._registered, *self._loaded}
         if self.plugin_root is not None and self.plugin_root.is_dir():
             names.update(p.name for p in self.plugin_root.iterdir()
                          if _VALID_NAME.match(p.name) and self._plugin_dir(p.name))

@@ -248,3 +248,26 @@ async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_open
     assert "too late" not in stored and "hello, fixed" in stored
     assert len(fake_openai.calls_to("/chat/completions")) == 2
     assert "edit of 200" in caplog.text and "ignored" in caplog.text
+
+
+async def test_a_new_command_is_one_entry_in_the_table(tmp_path, fake_openai, platform):
+    from gateway.commands import Command, default_commands
+    from gateway.wiring import create_gateway
+
+    async def ping(call) -> str:
+        return f"pong {call.args}".strip()
+
+    table = default_commands()
+    table.add(Command("ping", "check that the bot is there", ping, aliases=("p",)))
+    gw = create_gateway(config_for(tmp_path, fake_openai.base_url), [platform], commands=table)
+    async with gw:
+        await gw.start()
+        await platform.say("/ping hello")
+        await platform.say("/P@threadline_bot")
+        await platform.say("/help")
+        await platform.wait_delivered(3)
+    pong, short, help_text = platform.texts()
+    assert (pong, short) == ("pong hello", "pong")
+    assert "/ping - check that the bot is there" in help_text
+    assert ("ping", "check that the bot is there") in platform.menu  # the platform's menu too
+    assert fake_openai.calls_to("/chat/completions") == []

@@ -20,9 +20,8 @@ from agent.compression.budget import Budgets
 from agent.compression.cut import Cut, find_cut, head_size, lighten_tail
 from agent.compression.extractive import extractive_summary
 from agent.compression.guard import Guard
-from agent.compression.markers import split_summary, upgrade_prefix
+from agent.compression.markers import SUMMARY_SCAN, fold_previous, split_summary, upgrade_prefix
 from agent.compression.prompts import (
-    SYSTEM_NOTE,
     notice_aborted,
     notice_fallback,
     notice_many_compactions,
@@ -47,7 +46,6 @@ from agent.usage import CanonicalUsage
 log = logging.getLogger(__name__)
 
 SMALL_TRANSCRIPT_EXTRA = 4  # "too small": at most protect_first_n + 4 messages
-SUMMARY_SCAN = 6  # an earlier summary sits within this many messages after the head
 WARN_AFTER_COMPACTIONS = 2
 STATE_VERSION = 1
 COLD_OFFLOAD = 200  # at least this many unrendered turns are rendered in a worker thread
@@ -210,7 +208,9 @@ class ContextCompressor(ContextEngine):
         head = messages[:cut.head_end]
         middle = messages[cut.head_end:cut.tail_start]
         original_tail = messages[cut.tail_start:]
-        previous, turns, tail = self._fold_previous(messages, cut, middle, original_tail)
+        remembered = self.previous_summary if self.compression_count > 0 else None
+        previous, turns, tail = fold_previous(messages, cut.head_end, cut.tail_start, middle,
+                                              original_tail, remembered)
         if not turns:
             return None  # only an earlier summary in the middle: nothing new to fold in
         if not light:
@@ -221,31 +221,6 @@ class ContextCompressor(ContextEngine):
         total = cache.total(messages) if total is None else total
         middle_tokens = total - cache.total(head) - cache.total(original_tail)
         return _Plan(head, middle, tail, middle_tokens, turns, previous, last_user)
-
-    def _fold_previous(self, messages: list[Message], cut: Cut, middle: list[Message],
-                       tail: list[Message]) -> tuple[str | None, list[Message], list[Message]]:
-        """Take the earlier summary out of the transcript; it becomes the summarizer's base.
-
-        It sits right after the head, in the middle or (when the tail reaches back that far)
-        in the tail. A summary merged into a real turn leaves that turn's own content behind.
-        """
-        remembered = self.previous_summary if self.compression_count > 0 else None
-        for i in range(cut.head_end, min(cut.head_end + SUMMARY_SCAN, len(messages))):
-            summary, rest = split_summary(messages[i])
-            if summary is None:
-                continue
-            previous = summary.replace(SYSTEM_NOTE, "").strip()
-            msg = messages[i]
-            empty = rest in (None, "", [])
-            # What the turn itself said (and any tool calls it made) stays a turn.
-            own = [] if empty and not msg.get("tool_calls") else [
-                {**msg, "content": None if empty else rest}]
-            if i < cut.tail_start:
-                at = i - cut.head_end
-                return previous, [*middle[:at], *own, *middle[at + 1:]], tail
-            at = i - cut.tail_start
-            return previous, middle, [*tail[:at], *own, *tail[at + 1:]]
-        return remembered, middle, tail
 
     # --- compaction (§5–7) ------------------------------------------------------------------
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,

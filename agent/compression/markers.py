@@ -18,6 +18,8 @@ from agent.compression.prompts import (
 )
 from agent.messages import Message, content_text
 
+SUMMARY_SCAN = 6  # an earlier summary sits within this many messages after the head
+
 
 def with_prefix(body: str) -> str:
     return f"{SUMMARY_PREFIX}\n{body.strip()}"
@@ -84,3 +86,30 @@ def merge_summary(msg: Message, summary: str) -> Message:
     if isinstance(content, list):
         return {**msg, "content": [{"type": "text", "text": block}, *content]}
     return {**msg, "content": f"{block}\n\n{content}" if content else block}
+
+
+def fold_previous(messages: list[Message], head_end: int, tail_start: int,
+                  middle: list[Message], tail: list[Message], remembered: str | None
+                  ) -> tuple[str | None, list[Message], list[Message]]:
+    """Take the earlier summary out of the transcript: (summary, middle, tail) without it.
+
+    It sits right after the head, in the middle or (when the tail reaches back that far)
+    in the tail. A summary merged into a real turn leaves that turn's own content behind.
+    Without one in the transcript, the `remembered` summary is the base.
+    """
+    for i in range(head_end, min(head_end + SUMMARY_SCAN, len(messages))):
+        summary, rest = split_summary(messages[i])
+        if summary is None:
+            continue
+        previous = summary.replace(SYSTEM_NOTE, "").strip()
+        msg = messages[i]
+        empty = rest in (None, "", [])
+        # What the turn itself said (and any tool calls it made) stays a turn.
+        own = [] if empty and not msg.get("tool_calls") else [
+            {**msg, "content": None if empty else rest}]
+        if i < tail_start:
+            at = i - head_end
+            return previous, [*middle[:at], *own, *middle[at + 1:]], tail
+        at = i - tail_start
+        return previous, middle, [*tail[:at], *own, *tail[at + 1:]]
+    return remembered, middle, tail
