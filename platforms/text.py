@@ -21,6 +21,19 @@ def _open_fence(chunk: str, current: str | None) -> str | None:
     return current
 
 
+def _bare_opener_start(text: str, cut: int, fence: str | None) -> int:
+    """Move a cut that would end a chunk on a fence opener (with nothing after it) to
+    before that opener, so no chunk ends with an empty code block."""
+    piece = text[:cut]
+    openers = list(_FENCE.finditer(piece))
+    if not openers or _open_fence(piece, fence) is None:
+        return cut
+    start = openers[-1].start()
+    if piece[openers[-1].end():].strip() or start <= cut // 4:
+        return cut
+    return start
+
+
 def _cut_point(text: str, room: int) -> int:
     window = text[:room]
     for sep in ("\n\n", "\n", " "):
@@ -50,12 +63,13 @@ def split_message(text: str, limit: int, measure: Callable[[str], int] = len) ->
         # measure() may count more than len(): shrink the room until the piece fits.
         while room > 1 and measure(rest[:room]) > limit - measure(prefix) - measure(FENCE_CLOSE):
             room = max(1, room - max(1, room // 16))
-        cut = _cut_point(rest, max(room, 1))
+        cut = _bare_opener_start(rest, _cut_point(rest, max(room, 1)), fence)
         piece, rest = rest[:cut], rest[cut:]
         still_open = _open_fence(piece, fence)
         chunk = prefix + piece
         if still_open is not None:
-            chunk = chunk.rstrip("\n") + FENCE_CLOSE
+            # The close takes the place of the piece's own line break, if it has one.
+            chunk = chunk.removesuffix("\n") + FENCE_CLOSE
         chunks.append(chunk)
         fence = still_open
     return chunks

@@ -12,7 +12,7 @@ from agent.compression.assemble import sanitize_pairs, summary_role, validation_
 from agent.compression.cut import lighten_tail
 from agent.compression.markers import merge_summary, split_summary
 from agent.compression.prompts import STUB_TOOL_RESULT, SUMMARY_PREFIX, SYSTEM_NOTE
-from tests.test_compressor_support import (
+from tests.harness.transcripts import (
     ScriptedProvider,
     all_text,
     assert_valid,

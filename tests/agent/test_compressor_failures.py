@@ -20,7 +20,7 @@ from agent.context_engine import CompressionReport
 from agent.providers.openai_compat import OpenAICompatProvider
 from agent.usage import CanonicalUsage
 from tests.harness import FakeOpenAI
-from tests.test_compressor_support import CHECKPOINT, assert_valid, chat, make_engine, text_of
+from tests.harness.transcripts import CHECKPOINT, assert_valid, chat, make_engine, text_of
 
 Message = dict[str, Any]
 Make = Callable[..., OpenAICompatProvider]

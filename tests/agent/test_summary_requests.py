@@ -18,7 +18,7 @@ from agent.compression.prompts import SUMMARY_PREFIX
 from agent.providers.openai_compat import OpenAICompatProvider
 from agent.tokens import estimate_message
 from tests.harness import FakeOpenAI
-from tests.test_compressor_support import (
+from tests.harness.transcripts import (
     CHECKPOINT,
     assert_valid,
     assistant,

@@ -15,7 +15,7 @@ from gateway.config import (
     require_platforms,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "deploy" / "config.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "config.example.yaml"
 EXAMPLE_ENV = {"TELEGRAM_BOT_TOKEN": "123:tg-secret", "ANTHROPIC_API_KEY": "sk-ant-secret"}
 
 

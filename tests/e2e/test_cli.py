@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.cli_support import cli_env, threadline
-from tests.support import write_config
+from tests.harness.cli import cli_env, threadline
+from tests.harness.gateway import write_config
 
 TWO_LINES = "hello\nwhat did I just say?\n"
 
@@ -165,7 +165,7 @@ async def test_sigterm_lets_the_running_turn_finish_then_exits_cleanly(tmp_path,
     import asyncio
     import signal
 
-    from tests.cli_support import THREADLINE, cli_env
+    from tests.harness.cli import THREADLINE, cli_env
 
     config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url}))
     fake_openai.delay_next(1.0)

@@ -9,8 +9,8 @@ import signal
 import sqlite3
 from pathlib import Path
 
-from tests.cli_support import THREADLINE, cli_env, threadline
-from tests.support import is_summary_request, summarizing_responder, write_config
+from tests.harness.cli import THREADLINE, cli_env, threadline
+from tests.harness.gateway import is_summary_request, summarizing_responder, write_config
 
 TRIALS = 20
 CHAT = "console:local"

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from tests.cli_support import threadline
+from tests.harness.cli import threadline
 
 pytestmark = pytest.mark.model
 

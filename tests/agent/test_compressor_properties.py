@@ -19,7 +19,7 @@ from agent.compression.compressor import ContextCompressor
 from agent.compression.cut import head_size
 from agent.compression.markers import split_summary
 from agent.compression.prompts import MERGE_BEGIN, SUMMARY_PREFIX, SYSTEM_NOTE
-from tests.test_compressor_support import (
+from tests.harness.transcripts import (
     ScriptedProvider,
     all_text,
     anthropic_problems,

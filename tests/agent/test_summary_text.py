@@ -27,7 +27,7 @@ from agent.compression.summarizer import (
 )
 from agent.errors import EmptyReplyError
 from agent.tokens import TokenCache, estimate_message
-from tests.test_compressor_support import (
+from tests.harness.transcripts import (
     CHECKPOINT,
     ScriptedProvider,
     assistant,

@@ -6,56 +6,19 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from storage.errors import ContinuationConflict, StoreError
-from storage.models import Compaction, NewMessage, SessionRecord, TurnRecord, UsageRecord
+from storage.models import Compaction, TurnRecord, UsageRecord
 from storage.sqlite import SqliteSessionStore
-
-CHAT = "telegram:42"
+from tests.harness.store import CHAT, compacted_turn, grow_chain, msg, raw, root, snapshot
 
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
     async with SqliteSessionStore(tmp_path / "threadline.db") as opened:
         yield opened
-
-
-def msg(role: str, content: Any = "", **meta: Any) -> NewMessage:
-    return NewMessage({"role": role, "content": content}, **meta)
-
-
-def compacted_turn(label: str = "") -> TurnRecord:
-    return TurnRecord(
-        before=(msg("user", f"question {label}"), msg("assistant", f"answer {label}")),
-        compaction=Compaction(messages=(msg("system", "sys"), msg("user", f"summary {label}")),
-                              engine_state={"previous_summary": label}),
-        usage=(UsageRecord("m", "summary", input_tokens=10, output_tokens=2),))
-
-
-async def root(store: SqliteSessionStore, chat: str = CHAT) -> SessionRecord:
-    return await store.create_root_session(chat, model="gpt-x", system_prompt="be brief",
-                                           system_message=msg("system", "be brief"))
-
-
-async def grow_chain(store: SqliteSessionStore, depth: int) -> list[str]:
-    ids = [(await root(store)).id]
-    for i in range(depth):
-        ids.append((await store.record_turn(ids[-1], compacted_turn(str(i)))).id)
-    return ids
-
-
-def raw(store: SqliteSessionStore) -> sqlite3.Connection:
-    """A second, plain connection: what another process would see."""
-    return sqlite3.connect(store.path, isolation_level=None)
-
-
-def snapshot(store: SqliteSessionStore) -> dict[str, Any]:
-    with raw(store) as db:
-        return {table: db.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
-                for table in ("sessions", "messages", "usage", "inbound", "chats")}
 
 
 # --- one transaction ---------------------------------------------------------------------

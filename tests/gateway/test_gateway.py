@@ -10,8 +10,8 @@ import aiosqlite
 import pytest
 
 from tests.harness.fake_openai import FakeOpenAI
+from tests.harness.gateway import close, config_for, started_gateway
 from tests.harness.platform import RecordingPlatform
-from tests.support import close, config_for, started_gateway
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from agent.tokens import (
     estimate_tools,
 )
 from agent.usage import CanonicalUsage
-from tests.test_compressor_support import chat, make_engine
+from tests.harness.transcripts import chat, make_engine
 
 SECRET = "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl"
 

@@ -10,8 +10,8 @@ import pytest
 
 from gateway.conversations import new_message
 from tests.harness.engines import install_plugin
+from tests.harness.gateway import close, config_for, is_summary_request, started_gateway
 from tests.harness.platform import RecordingPlatform
-from tests.support import close, config_for, is_summary_request, started_gateway
 
 CHAT = "test:1"
 
@@ -130,7 +130,7 @@ async def test_an_interrupted_command_is_run_as_a_command_after_restart(tmp_path
 
 
 async def test_a_stopped_compress_finishes_its_ledger_row(tmp_path, fake_openai):
-    from tests.support import summarizing_responder
+    from tests.harness.gateway import summarizing_responder
 
     fake_openai.responder = summarizing_responder
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 8192},
@@ -162,7 +162,7 @@ async def test_a_stopped_compress_finishes_its_ledger_row(tmp_path, fake_openai)
 
 async def test_a_continuation_keeps_the_metadata_and_the_parent_never_changes(tmp_path,
                                                                            fake_openai):
-    from tests.support import summarizing_responder
+    from tests.harness.gateway import summarizing_responder
 
     fake_openai.responder = summarizing_responder
     roomy = config_for(tmp_path, fake_openai.base_url, model={"context_length": 32_000},
@@ -323,8 +323,8 @@ async def test_a_single_message_into_an_idle_chat_never_waits(tmp_path, fake_ope
 
 
 async def test_compress_of_an_unknown_chat_creates_nothing(tmp_path, fake_openai):
-    from tests.cli_support import threadline
-    from tests.support import write_config
+    from tests.harness.cli import threadline
+    from tests.harness.gateway import write_config
 
     config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url}))
     ran = await threadline("compress", "console:typo", "--config", config, home=tmp_path)

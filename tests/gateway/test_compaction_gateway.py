@@ -7,18 +7,18 @@ import logging
 
 import pytest
 
-from gateway.wiring import create_gateway
 from gateway.conversations import new_message
+from gateway.wiring import create_gateway
 from tests.harness.engines import install_plugin
 from tests.harness.fake_openai import FakeOpenAI, openai_error
-from tests.harness.platform import RecordingPlatform
-from tests.support import (
+from tests.harness.gateway import (
     close,
     config_for,
     is_summary_request,
     started_gateway,
     summarizing_responder,
 )
+from tests.harness.platform import RecordingPlatform
 
 CHAT = "test:1"
 

@@ -8,7 +8,7 @@ from typing import Any
 from agent.compression.prompts import OLDER_PREFIXES, SUMMARY_PREFIX
 from agent.errors import RateLimitedError
 from agent.usage import CanonicalUsage
-from tests.test_compressor_support import (
+from tests.harness.transcripts import (
     ScriptedProvider,
     assert_valid,
     assistant,

@@ -15,9 +15,9 @@ import pytest
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import SessionRecord, TurnRecord
 from storage.sqlite import SqliteSessionStore
-from tests.test_store_chain import CHAT, compacted_turn, msg, raw, root
+from tests.harness.store import CHAT, compacted_turn, msg, raw, root
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from tests.cli_support import threadline
-from tests.support import summarizing_responder, write_config
+from tests.harness.cli import threadline
+from tests.harness.gateway import summarizing_responder, write_config
 
 SMALL_WINDOW = {"context_length": 2048, "max_output_tokens": 256}
 
