@@ -1,4 +1,7 @@
-"""The pluggable context engine: the only way the host talks to compaction (context spec §1)."""
+"""The pluggable context engine: the only way the host talks to compaction.
+
+See docs/architecture.md, "The context engine contract".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Finding the context engine that `context.engine` names (context spec §1, "Selection").
+"""Finding the context engine that `context.engine` names (docs/architecture.md,
+"The context engine contract").
 
 Resolution order for a name:
 

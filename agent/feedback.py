@@ -1,4 +1,4 @@
-"""What a manual /compress tells the user (context spec §12)."""
+"""What a manual /compress tells the user (docs/architecture.md, "When compaction runs")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deterministic secret redaction for stored text, summarizer input and log lines (spec §7)."""
+"""Deterministic secret redaction for stored text, summarizer input and log lines (docs/architecture.md, "Secrets")."""
 
 from __future__ import annotations
 

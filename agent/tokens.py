@@ -1,8 +1,9 @@
 """Rough token accounting: per-message estimates cached once, running totals, calibration.
 
-The estimate is characters / 4 over what the provider will read (context spec §3). It is
-computed once per message and cached beside the message, so "would this request fit?" is
-a running total plus two constants, never a rescan of the history.
+The estimate is characters / 4 over what the provider will read (docs/architecture.md,
+"Token accounting"). It is computed once per message and cached beside the message, so
+"would this request fit?" is a running total plus two constants, never a rescan of the
+history.
 """
 
 from __future__ import annotations

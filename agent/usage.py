@@ -1,4 +1,4 @@
-"""Token usage normalized across providers (context spec §10)."""
+"""Token usage normalized across providers (docs/architecture.md, "Provider errors and usage")."""
 
 from __future__ import annotations
 

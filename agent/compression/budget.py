@@ -1,4 +1,5 @@
-"""Thresholds and budgets of the compressor, from the window alone (context spec §2)."""
+"""Thresholds and budgets of the compressor, from the window alone (docs/architecture.md,
+"Thresholds and budgets")."""
 
 from __future__ import annotations
 

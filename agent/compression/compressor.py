@@ -1,4 +1,5 @@
-"""ContextCompressor: the built-in context engine (context spec §2–7).
+"""ContextCompressor: the built-in context engine (docs/architecture.md,
+"Thresholds and budgets" to "When the summary fails").
 
 Keeps the head and a token-budgeted tail verbatim and replaces the middle with a handoff
 summary written by the summary model from the original (redacted) turns. A failed summary
@@ -90,7 +91,7 @@ class ContextCompressor(ContextEngine):
     def name(self) -> str:
         return "compressor"
 
-    # --- thresholds (§2) ----------------------------------------------------------------
+    # --- thresholds and budgets ----------------------------------------------------------------
     @property
     def budgets(self) -> Budgets:
         return Budgets(self.context_length, self.max_output_tokens, self.threshold_percent,
@@ -128,7 +129,7 @@ class ContextCompressor(ContextEngine):
             window = min(window, self.context_length)
         return window
 
-    # --- accounting (§3) ------------------------------------------------------------------
+    # --- token accounting ------------------------------------------------------------------
     def update_from_response(self, usage: CanonicalUsage) -> None:
         self.last_prompt_tokens = usage.prompt_tokens
 
@@ -164,7 +165,7 @@ class ContextCompressor(ContextEngine):
         """Would the request (plus the reply's reserved room) fit the window? O(1) on a Transcript."""
         return not over_share(self.estimate_request(messages, tools), self.effective_window)
 
-    # --- triggers (§4) --------------------------------------------------------------------
+    # --- when compaction runs --------------------------------------------------------------------
     def _guards_allow(self) -> bool:
         return not self.guard.paused and not self.guard.in_cooldown(self._clock())
 
@@ -183,7 +184,7 @@ class ContextCompressor(ContextEngine):
     def has_content_to_compress(self, messages: Sequence[Message]) -> bool:
         return self._plan(list(messages), light=True) is not None
 
-    # --- the cut (§5.1–5.3) -----------------------------------------------------------------
+    # --- the cut -----------------------------------------------------------------
     def _compacted(self, messages: Sequence[Message]) -> bool:
         return self.compression_count > 0 or any(
             split_summary(m)[0] is not None for m in messages[:SUMMARY_SCAN])
@@ -222,7 +223,7 @@ class ContextCompressor(ContextEngine):
         middle_tokens = total - cache.total(head) - cache.total(original_tail)
         return _Plan(head, middle, tail, middle_tokens, turns, previous, last_user)
 
-    # --- compaction (§5–7) ------------------------------------------------------------------
+    # --- the compaction itself, and its failures ------------------------------------------------------------------
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
                        focus_topic: str | None = None, *, force: bool = False
                        ) -> list[dict[str, Any]]:

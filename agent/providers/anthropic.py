@@ -114,7 +114,7 @@ def _convert_one(message: dict[str, Any]) -> tuple[str, list[Block]]:
 
 
 def _mark(blocks: list[Block], marker: Any) -> list[Block]:
-    """Put a message-level cache_control marker on the message's last block (spec §9)."""
+    """Put a message-level cache_control marker on the message's last block."""
     if marker is None:
         return blocks
     if not blocks:  # empty content still holds its cache breakpoint

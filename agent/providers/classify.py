@@ -1,4 +1,5 @@
-"""Turn a provider's HTTP error into one of our typed errors (context spec §8).
+"""Turn a provider's HTTP error into one of our typed errors (docs/architecture.md,
+"Provider errors and usage").
 
 Structured signals (status, error code, error type) decide first; text patterns only refine
 or fill in what the structure left open. Both SDK providers and any OpenAI-compatible server
@@ -184,7 +185,8 @@ def length_error(info: ErrorInfo, label: str, **kw: Any) -> ProviderError | None
         return OutputCapError(label, limit=room, **kw)
     if not (structured or _OVERFLOW_TEXT.search(text)):
         return None
-    # A length error that shows the input alone fits is an output cap (spec §8): lowering
+    # A length error that shows the input alone fits is an output cap (see
+    # docs/architecture.md, "When compaction runs"): lowering
     # max_tokens fixes it, and shrinking the window would wrongly trigger compression.
     room = _split_output_room(text)
     if room is not None:

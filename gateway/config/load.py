@@ -29,7 +29,7 @@ from gateway.config.models import (
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h; the systemd unit does not restart on it
 
 _REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
-# Spec §2 defaults the platform tokens to these references.
+# Platform tokens default to these environment references (see README, Configuration).
 _ENV_DEFAULTS: dict[tuple[str, ...], str] = {
     ("platforms", "telegram", "token"): "${TELEGRAM_BOT_TOKEN}",
     ("platforms", "discord", "token"): "${DISCORD_BOT_TOKEN}",

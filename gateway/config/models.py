@@ -1,4 +1,5 @@
-"""Typed configuration: frozen pydantic models mirroring config.yaml (spec/gateway.md §2)."""
+"""Typed configuration: frozen pydantic models mirroring config.yaml (docs/architecture.md,
+"Configuration")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The compaction algorithm step by step (context spec §2, §5): thresholds, the one cut,
+"""The compaction algorithm step by step (docs/architecture.md, "Thresholds and budgets", "The compaction itself"): thresholds, the one cut,
 the cheap tail pass, assembly and summary role, pair sanitation and validation."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ Message = dict[str, Any]
 SYSTEM = {"role": "system", "content": "You are helpful."}
 
 
-# --- thresholds and budgets (§2) -------------------------------------------------------------
+# --- thresholds and budgets -------------------------------------------------------------
 @pytest.mark.parametrize(("window", "max_out", "threshold", "tail"), [
     (200_000, 0, 100_000, 20_000),
     (128_000, 4_096, 64_000, 12_800),  # 50% would be under the 64K floor
@@ -80,7 +80,7 @@ def test_preflight_counts_system_messages_and_tools_with_calibration() -> None:
     assert engine.should_compress_preflight(msgs)
 
 
-# --- too small, head and tail (§5.1–5.2) ------------------------------------------------------
+# --- too small, head and tail ------------------------------------------------------
 async def test_too_small_transcripts_are_returned_unchanged() -> None:
     provider = ScriptedProvider()
     engine = make_engine(8_000, provider)
@@ -158,7 +158,7 @@ async def test_every_cut_position_gives_valid_output() -> None:
         assert_valid(out)
 
 
-# --- the cheap tail pass (§5.3) -----------------------------------------------------------------
+# --- the cheap tail pass -----------------------------------------------------------------
 def test_older_duplicate_results_become_pointers_and_long_arguments_shrink() -> None:
     long_args = {"path": "/x.py", "content": "c" * 2_000, "n": 3}
     same = "identical output " * 30
@@ -176,7 +176,7 @@ def test_older_duplicate_results_become_pointers_and_long_arguments_shrink() -> 
     assert tail[2]["content"] == same  # the input is untouched
 
 
-# --- assembly: note, role, merge, pairs, validation (§5.5–5.7) -----------------------------------
+# --- assembly: note, role, merge, pairs, validation -----------------------------------
 @pytest.mark.parametrize(("head_roles", "tail_role", "expected"), [
     (["system", "user", "assistant"], "user", None),  # user collides; assistant too: merge
     (["system", "user", "assistant", "tool"], "user", "assistant"),  # flipped

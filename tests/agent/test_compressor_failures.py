@@ -1,4 +1,4 @@
-"""When the summary model fails, nothing is lost (context spec §7).
+"""When the summary model fails, nothing is lost (docs/architecture.md, "When the summary fails", "Secrets").
 
 Each failure comes from the fake OpenAI server through the real SDK: auth errors abort,
 transient ones start a cooldown and either skip (the request still fits) or fall back to

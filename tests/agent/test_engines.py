@@ -1,4 +1,4 @@
-"""Choosing the context engine by name (context spec §1, "Selection")."""
+"""Choosing the context engine by name (docs/architecture.md, "The context engine contract")."""
 
 from __future__ import annotations
 

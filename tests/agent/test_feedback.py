@@ -1,4 +1,4 @@
-"""What a user reads after /compress (context spec §12)."""
+"""What a user reads after /compress (docs/architecture.md, "When compaction runs")."""
 
 from __future__ import annotations
 

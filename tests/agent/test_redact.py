@@ -1,4 +1,4 @@
-"""Secrets never survive redaction; ordinary text does, untouched (context spec §7)."""
+"""Secrets never survive redaction; ordinary text does, untouched (docs/architecture.md, "When the summary fails", "Secrets")."""
 
 from __future__ import annotations
 
