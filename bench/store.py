@@ -58,7 +58,7 @@ async def bench_tip(store: SqliteSessionStore) -> list[tuple[str, str]]:
     for i in range(CHAIN_DEPTH):
         turn = TurnRecord(before=(message(0), message(3)),
                           compaction=Compaction(messages=(message(i),)),
-                          usage=(UsageRecord("m", "summary", 100, 10),))
+                          usage=(UsageRecord("m", "summary", input_tokens=100, output_tokens=10),))
         ids.append((await store.record_turn(ids[-1], turn)).id)
     rows = []
     for depth in (1, 10, 100):
@@ -92,7 +92,7 @@ async def bench_appends(store: SqliteSessionStore) -> list[tuple[str, str]]:
     for i in range(turns):
         await store.record_turn(session.id, TurnRecord(
             before=(message(i * 4), message(i * 4 + 2), message(i * 4 + 3)),
-            usage=(UsageRecord("m", "chat", 1000, 50),), last_prompt_tokens=1000))
+            usage=(UsageRecord("m", "chat", input_tokens=1000, output_tokens=50),), last_prompt_tokens=1000))
     turn_rate = turns / (time.perf_counter() - started)
 
     history_ms = await median_ms(lambda: store.load_history(batched.id), 7)

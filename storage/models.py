@@ -77,24 +77,27 @@ class InboundRecord:
     reply_row_id: int | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TokenCounts:
+    """The five token counts of a provider call (or a sum of calls), by name."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
 @dataclass(frozen=True)
-class UsageRecord:
+class UsageRecord(TokenCounts):
+    """One provider call to store: which model, for what (chat | summary | ...), how much."""
+
     model: str
-    purpose: str  # chat | summary | ...
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
+    purpose: str
 
 
 @dataclass(frozen=True)
-class UsageTotals:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
+class UsageTotals(TokenCounts):
     calls: int = 0
 
 

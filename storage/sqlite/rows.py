@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from storage.errors import StoreError
-from storage.models import InboundRecord, NewMessage, SearchHit, SessionRecord, StoredMessage
+from storage.models import (
+    InboundRecord,
+    NewMessage,
+    SearchHit,
+    SessionRecord,
+    StoredMessage,
+    UsageTotals,
+)
 
 _TEXT, _JSON, _NONE, _ABSENT = range(4)  # messages.content_format
 
@@ -110,3 +117,10 @@ def dumps(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"cannot store a value that is not JSON: {exc}") from exc
+
+
+def usage_totals(row: Sequence[Any]) -> UsageTotals:
+    """(input, output, cache read, cache write, reasoning, calls) as totals."""
+    inp, out, read, write, reasoning, calls = row
+    return UsageTotals(input_tokens=inp, output_tokens=out, cache_read_tokens=read,
+                       cache_write_tokens=write, reasoning_tokens=reasoning, calls=calls)

@@ -281,7 +281,7 @@ class SqliteSessionStore(SessionStore):
     async def usage_totals(self, session_id: str) -> UsageTotals:
         params = q.chain_params(session_id)
         row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params))
-        return UsageTotals(*row)
+        return rows.usage_totals(row)
 
     # --- transactions ----------------------------------------------------------------
     async def _read(self, work: Work[T]) -> T:

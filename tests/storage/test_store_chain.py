@@ -230,10 +230,12 @@ async def test_a_cycle_written_by_hand_still_terminates(store: SqliteSessionStor
 async def test_usage_totals_cover_the_whole_chain_and_nothing_else(
         store: SqliteSessionStore) -> None:
     ids = await grow_chain(store, 3)  # each compaction books 10 in / 2 out on its parent
-    await store.record_usage(ids[0], UsageRecord("m", "chat", 1000, 100, 5, 6, 7))
-    await store.record_usage(ids[-1], UsageRecord("m", "chat", 1, 1))
+    await store.record_usage(ids[0], UsageRecord("m", "chat", input_tokens=1000, output_tokens=100,
+                                                    cache_read_tokens=5, cache_write_tokens=6,
+                                                    reasoning_tokens=7))
+    await store.record_usage(ids[-1], UsageRecord("m", "chat", input_tokens=1, output_tokens=1))
     other = await root(store, chat="discord:7")
-    await store.record_usage(other.id, UsageRecord("m", "chat", 555, 555))
+    await store.record_usage(other.id, UsageRecord("m", "chat", input_tokens=555, output_tokens=555))
     for session_id in ids:
         totals = await store.usage_totals(session_id)
         assert (totals.input_tokens, totals.output_tokens, totals.cache_read_tokens,
