@@ -191,7 +191,7 @@ async def test_compress_on_a_short_transcript_makes_no_provider_call(tmp_path, f
     assert len(fake_openai.calls_to("/chat/completions")) == 1  # only the "hello" turn
 
 
-async def test_compress_with_focus_in_a_dm(tmp_path, fake_openai):
+async def test_compress_with_focus_in_a_dm(tmp_path, fake_openai, token_ratio):
     fake_openai.responder = summarizing_responder
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 8192},
                         compression={"protect_last_n": 4})
@@ -223,7 +223,7 @@ async def test_compress_in_a_group_is_admin_only(tmp_path, fake_openai):
 
 
 async def test_hygiene_compacts_after_switching_to_a_smaller_window(tmp_path, fake_openai,
-                                                                   caplog):
+                                                                   caplog, token_ratio):
     caplog.set_level(logging.INFO, logger="gateway.conversations")
     fake_openai.responder = summarizing_responder
     roomy = config_for(tmp_path, fake_openai.base_url, model={"context_length": 32_000},
@@ -248,7 +248,8 @@ async def test_hygiene_compacts_after_switching_to_a_smaller_window(tmp_path, fa
     assert platform.texts()[0] == "echo: continue please"
 
 
-async def test_hygiene_does_not_fire_below_85_percent(tmp_path, fake_openai, caplog):
+async def test_hygiene_does_not_fire_below_85_percent(tmp_path, fake_openai, caplog,
+                                                     token_ratio):
     caplog.set_level(logging.INFO, logger="gateway.conversations")
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 32_000})
     platform = RecordingPlatform()
