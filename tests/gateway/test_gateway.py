@@ -10,7 +10,7 @@ import aiosqlite
 import pytest
 
 from tests.harness.fake_openai import FakeOpenAI
-from tests.harness.gateway import close, config_for, started_gateway
+from tests.harness.gateway import after_restart, close, config_for, started_gateway
 from tests.harness.platform import RecordingPlatform
 
 
@@ -183,12 +183,7 @@ async def test_unanswered_messages_are_answered_after_restart(tmp_path, fake_ope
     await gw.store.ingest(platform="test", chat_id="1", message_id="77", chat_key="test:1",
                           text="stored before a crash", sender_id="u1", sender_name="Ada")
     await close(gw)
-    again = RecordingPlatform()
-    gw = await started_gateway(config, [again])
-    try:
-        await again.wait_delivered(1)
-    finally:
-        await close(gw)
+    again = await after_restart(config, 1)
     assert again.texts() == ["echo: stored before a crash"]
 
 

@@ -10,7 +10,13 @@ import pytest
 
 from gateway.conversations import new_message
 from tests.harness.engines import install_plugin
-from tests.harness.gateway import close, config_for, is_summary_request, started_gateway
+from tests.harness.gateway import (
+    after_restart,
+    close,
+    config_for,
+    is_summary_request,
+    started_gateway,
+)
 from tests.harness.platform import RecordingPlatform
 
 CHAT = "test:1"
@@ -56,12 +62,7 @@ async def test_a_reply_the_platform_refused_is_delivered_after_a_restart(tmp_pat
     finally:
         await close(gw)
     assert platform.texts() == []
-    again = RecordingPlatform()
-    gw = await started_gateway(config, [again])
-    try:
-        await again.wait_delivered(1)
-    finally:
-        await close(gw)
+    again = await after_restart(config, 1)
     assert again.texts() == ["echo: hello"]
     assert again.sent[0].reply_to == "5"
     assert len(chat_calls(fake_openai)) == 1, "the stored reply is sent, not asked for again"
@@ -119,18 +120,13 @@ async def test_an_interrupted_command_is_run_as_a_command_after_restart(tmp_path
                               text="/new", sender_id="u1", sender_name="Ada")
     finally:
         await close(gw)
-    again = RecordingPlatform()
-    gw = await started_gateway(config, [again])
-    try:
-        await again.wait_delivered(1)
-    finally:
-        await close(gw)
+    again = await after_restart(config, 1)
     assert again.texts()[0].startswith("Started a fresh conversation")
     assert len(chat_calls(fake_openai)) == 1
 
 
 async def test_a_stopped_compress_finishes_its_ledger_row(tmp_path, fake_openai):
-    from tests.harness.gateway import summarizing_responder
+    from tests.harness.gateway import after_restart, summarizing_responder
 
     fake_openai.responder = summarizing_responder
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 8192},
@@ -151,12 +147,7 @@ async def test_a_stopped_compress_finishes_its_ledger_row(tmp_path, fake_openai)
         await close(gw)
     statuses = dict(await rows(db_of(tmp_path), "SELECT message_id, status FROM inbound"))
     assert statuses["30"] in ("answered", "failed")
-    again = RecordingPlatform()
-    gw = await started_gateway(config, [again])
-    try:
-        await asyncio.sleep(0.3)
-    finally:
-        await close(gw)
+    again = await after_restart(config, 0, settle=0.3)
     assert again.texts() == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from gateway.app import Gateway
 from gateway.config import Config, load_config
 from gateway.wiring import create_gateway
 from platforms.base import PlatformFactory
+from tests.harness.platform import RecordingPlatform
 
 
 def write_config(tmp_path: Path, *, model: dict[str, Any] | None = None,
@@ -41,6 +43,21 @@ async def started_gateway(config: Config, platforms: list[PlatformFactory]) -> G
     await gateway.initialize()
     await gateway.start()
     return gateway
+
+
+async def after_restart(config: Config, deliveries: int, *, settle: float = 0.0
+                        ) -> RecordingPlatform:
+    """Start a new gateway on the same store, let it recover until `deliveries` inbound
+    messages were answered (or `settle` seconds passed), close it; return what it sent."""
+    platform = RecordingPlatform()
+    gateway = await started_gateway(config, [platform])
+    try:
+        if deliveries:
+            await platform.wait_delivered(deliveries)
+        await asyncio.sleep(settle)
+    finally:
+        await close(gateway)
+    return platform
 
 
 async def close(gateway: Gateway) -> None:
