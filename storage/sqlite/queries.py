@@ -185,23 +185,17 @@ async def append(db: aiosqlite.Connection, session_id: str, messages: Sequence[N
 _OPEN = "status IN ('pending', 'taken')"
 
 
+FINISH_INBOUND = f"UPDATE inbound SET status = ? WHERE id {IN_IDS} AND {_OPEN}"
+
+
 async def mark_inbound(db: aiosqlite.Connection, answered: Sequence[int],
                        failed: Sequence[int]) -> None:
-    """Finish open rows: answered (their message rows too, in live sessions) or failed.
-
-    A finished row never changes again, so a late stop cannot turn a delivered reply into
-    a failure, and an ended session's messages are never touched.
-    """
-    if answered:
-        ids = json.dumps(list(answered))
-        await db.execute("UPDATE messages SET answered = 1 WHERE id IN (SELECT message_row_id"
-                         f" FROM inbound WHERE id {IN_IDS} AND {_OPEN}) AND session_id IN"
-                         " (SELECT id FROM sessions WHERE end_reason IS NULL)", (ids,))
-        await db.execute(f"UPDATE inbound SET status = 'answered' WHERE id {IN_IDS} AND {_OPEN}",
-                         (ids,))
-    if failed:
-        await db.execute(f"UPDATE inbound SET status = 'failed' WHERE id {IN_IDS} AND {_OPEN}",
-                         (json.dumps(list(failed)),))
+    """Finish open rows: answered (a trigger marks their message rows in live sessions) or
+    failed. A finished row never changes again, so a late stop cannot turn a delivered
+    reply into a failure, and an ended session's messages are never touched."""
+    for status, ids in (("answered", answered), ("failed", failed)):
+        if ids:
+            await db.execute(FINISH_INBOUND, (status, json.dumps(list(ids))))
 
 
 async def set_reply(db: aiosqlite.Connection, inbound_ids: Sequence[int],

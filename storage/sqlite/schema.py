@@ -124,6 +124,14 @@ _V2_SEARCH = (
 # `taken` and points at it, so a restart delivers the stored reply instead of losing it.
 _V3_PENDING_REPLY = (
     "ALTER TABLE inbound ADD COLUMN reply_row_id INTEGER REFERENCES messages(id)",
+    # Finishing a row as answered marks its message answered in the same statement, and
+    # only in a live session: an ended session never changes.
+    """CREATE TRIGGER inbound_answered AFTER UPDATE OF status ON inbound
+        WHEN new.status = 'answered' AND old.status <> 'answered'
+        BEGIN
+            UPDATE messages SET answered = 1 WHERE id = new.message_row_id
+                AND session_id IN (SELECT id FROM sessions WHERE end_reason IS NULL);
+        END""",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY)

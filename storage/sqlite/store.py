@@ -223,10 +223,8 @@ class SqliteSessionStore(SessionStore):
         record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
                                sender_name, time.time(), "pending", None, dict(extra or {}))
 
-        async def work(db: Db) -> InboundRecord | None:
-            row = await q.fetch_one(db, q.INGEST, rows.inbound_values(record))
-            return replace(record, id=row[0]) if row else None
-        return await self._write(work)
+        row = await self._write_statement(q.INGEST, rows.inbound_values(record))
+        return replace(record, id=row[0]) if row else None
 
     async def take_inbound(self, inbound_ids: list[int], session_id: str,
                            messages: list[NewMessage]) -> list[StoredMessage]:
@@ -259,8 +257,7 @@ class SqliteSessionStore(SessionStore):
     async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
         if status not in ("answered", "failed"):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
-        answered, failed = (inbound_ids, ()) if status == "answered" else ((), inbound_ids)
-        await self._write(lambda db: q.mark_inbound(db, answered, failed))
+        await self._write_statement(q.FINISH_INBOUND, (status, json.dumps(list(inbound_ids))))
 
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
         ids = json.dumps(list(inbound_ids))
@@ -292,20 +289,27 @@ class SqliteSessionStore(SessionStore):
             except sqlite3.Error as exc:
                 raise StoreError(f"store {self._path}: {exc}") from exc
 
-    async def _write(self, work: Work[T]) -> T:
+    async def _write(self, work: Work[T], single: bool = False) -> T:
         """Run `work` in one BEGIN IMMEDIATE transaction, retrying while the file is busy.
 
         Shielded: a cancelled caller (/stop, shutdown) does not cut the transaction short;
         it still commits or rolls back as a whole before the next one starts.
         """
-        return await asyncio.shield(self._write_now(work))
+        return await asyncio.shield(self._write_now(work, single))
 
-    async def _write_now(self, work: Work[T]) -> T:
+    async def _write_statement(self, sql: str, params: Any) -> Any:
+        """One statement is its own transaction: no BEGIN/COMMIT round trips around it.
+
+        Returns its first row (for RETURNING), or None.
+        """
+        return await self._write(lambda db: q.fetch_one(db, sql, params), single=True)
+
+    async def _write_now(self, work: Work[T], single: bool = False) -> T:
         async with self._lock:
             db = self._connection()
             for attempt in range(1, self._lock_retries + 1):
                 try:
-                    return await _transaction(db, work)
+                    return await (work(db) if single else _transaction(db, work))
                 except sqlite3.OperationalError as exc:
                     if not _is_busy(exc) or attempt == self._lock_retries:
                         raise StoreError(f"store {self._path}: {exc}") from exc
