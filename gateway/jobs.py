@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -55,8 +56,8 @@ Job = MessageJob | CommandJob | ResendJob
 class Running:
     """The batch a chat's worker is processing, and the part of it a stop may cancel.
 
-    The processor runs the model work as `stoppable` and clears it before the results
-    are written and sent: from then on a stop is too late and the reply is delivered.
+    The worker runs the model work as the `stoppable` task; once that task is done the
+    results are being written and sent, a stop is too late and the reply is delivered.
     """
 
     jobs: list[Job]
@@ -83,21 +84,21 @@ def recovery_jobs(open_rows: list[InboundRecord]
                   ) -> Iterator[tuple[str, Job | tuple[InboundMessage, InboundRecord]]]:
     """What to do, in order, with the ledger rows a stop or crash left open.
 
-    A stored reply is resent (rows sharing it together); a taken message is answered
-    again; a pending row is handed back as the message it was, to be routed like new.
+    A stored reply is resent once, for all the rows it answers (wherever other chats'
+    rows fall between them); a taken message is answered again; a pending row is handed
+    back as the message it was, to be routed like a new one.
     """
-    resend: list[InboundRecord] = []
-    for record in [*open_rows, None]:
-        if resend and (record is None or record.reply_row_id != resend[0].reply_row_id
-                       or record.chat_key != resend[0].chat_key):
-            yield resend[0].chat_key, ResendJob(chat_of(resend[0]), tuple(resend))
-            resend = []
-        if record is None:
-            break
+    answers: dict[int, list[InboundRecord]] = defaultdict(list)
+    for record in open_rows:
+        if record.reply_row_id is not None:
+            answers[record.reply_row_id].append(record)
+    for record in open_rows:
         log.info("recovering message %s in %s (%s)", record.message_id, record.chat_key,
                  "reply pending" if record.reply_row_id else record.status)
         if record.reply_row_id is not None:
-            resend.append(record)
+            group = answers.pop(record.reply_row_id, None)
+            if group:  # the first row of the group sends it; the others are in it
+                yield record.chat_key, ResendJob(chat_of(record), tuple(group))
         elif record.status == "taken":
             yield record.chat_key, MessageJob(chat_of(record), record)
         else:

@@ -340,3 +340,30 @@ async def test_the_sender_of_the_running_turn_may_stop_it_in_a_group(tmp_path, f
     assert "admin" in texts[0]
     assert "Stopping." in texts
     assert any(t.startswith("Stopped.") for t in texts)
+
+
+async def test_a_stored_reply_is_resent_once_however_other_chats_interleave(tmp_path,
+                                                                         fake_openai):
+    from storage.models import NewMessage, TurnRecord
+
+    config = config_for(tmp_path, fake_openai.base_url)
+    gw = await started_gateway(config, [RecordingPlatform()])
+    store = gw.store
+    rows = {}
+    for chat, mid in (("1", "a1"), ("2", "b1"), ("1", "a2")):  # a1, b1, a2 in time order
+        rows[mid] = await store.ingest(platform="test", chat_id=chat, message_id=mid,
+                                       chat_key=f"test:{chat}", text=f"question {mid}",
+                                       sender_id="u1", sender_name="Ada")
+    for chat, mids in (("1", ("a1", "a2")), ("2", ("b1",))):
+        session = await gw.conversations.live_session(f"test:{chat}")
+        ids = [rows[m].id for m in mids]
+        await store.take_inbound(ids, session.id, [new_message(
+            {"role": "user", "content": f"question {m}"}, platform_message_id=m) for m in mids])
+        # The turn was stored, then the process died before the platform took the reply.
+        await store.record_turn(session.id, TurnRecord(
+            after=(NewMessage({"role": "assistant", "content": f"answer for {chat}"}),),
+            replied=tuple(ids)))
+    await close(gw)
+    again = await after_restart(config, 3)
+    assert sorted(again.texts()) == ["answer for 1", "answer for 2"]
+    assert fake_openai.calls_to("/chat/completions") == []
