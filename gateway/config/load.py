@@ -100,9 +100,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         cfg = Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise from_validation(exc, source, from_env) from None
-    cfg._source = source
-    cfg._home = default_data_dir(env)
-    return cfg
+    return cfg.locate(source, default_data_dir(env))
 
 
 def resolve_config(

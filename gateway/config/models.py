@@ -259,6 +259,12 @@ class Config(Section):
     _source: Path | None = PrivateAttr(None)
     _home: Path | None = PrivateAttr(None)
 
+    def locate(self, source: Path | None, home: Path) -> Config:
+        """Remember where this config came from and the data directory it resolved to."""
+        self._source = source
+        self._home = home
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _read_prompt_file(cls, data: Any, info: ValidationInfo) -> Any:
