@@ -25,7 +25,7 @@ from gateway.app import Gateway  # noqa: E402
 from gateway.auth import Authorizer  # noqa: E402
 from gateway.config import load_config  # noqa: E402
 from gateway.conversations import Conversations  # noqa: E402
-from platforms.base import ChatRef, Handler, InboundMessage, PlatformAdapter  # noqa: E402
+from platforms.base import ChatRef, Chunk, Handler, InboundMessage, PlatformAdapter  # noqa: E402
 from storage.sqlite import SqliteSessionStore  # noqa: E402
 
 
@@ -50,7 +50,7 @@ class BenchPlatform(PlatformAdapter):
 
     async def stop(self) -> None: ...
 
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None: ...
+    async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> None: ...
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         for mid in message_ids:

@@ -42,7 +42,7 @@ class Gateway:
         for make in platforms:
             adapter = make(self.handle)
             self.adapters[adapter.name] = adapter
-        self.outbound = Outbound(self.adapters)
+        self.outbound = Outbound(self.adapters, store)
         self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
         self._state = "new"  # new | initialized | running | stopped | closed

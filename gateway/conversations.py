@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -23,19 +23,30 @@ from agent.tokens import estimate_message, estimate_text, over_share
 from agent.usage import UsageEntry
 from gateway.hygiene import needs_hygiene
 from gateway.outbound import Outgoing
-from platforms.base import ChatRef
+from platforms.base import ChatRef, Chunk
 from storage.base import SessionStore
 from storage.errors import ContinuationConflict
 from storage.models import (
     Compaction,
+    Delivery,
     InboundRecord,
     NewMessage,
+    OutChunk,
     SessionRecord,
     TurnRecord,
     UsageRecord,
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A stored turn, ready to send: notices, the reply's chunks, then more notices."""
+
+    before: tuple[Outgoing, ...]
+    reply: tuple[Delivery, ...]  # empty when the turn failed
+    after: tuple[Outgoing, ...]
 
 
 @dataclass(frozen=True)
@@ -168,20 +179,24 @@ class Conversations:
         except TurnFailed as failed:
             return replace(base, failure=failed)
 
-    async def commit(self, prepared: Prepared) -> list[Outgoing]:
-        """Persist the prepared turn in one transaction; return what to send."""
-        out = list(prepared.notices)
+    async def commit(self, prepared: Prepared, render: Callable[[str], list[Chunk]]
+                     ) -> Committed:
+        """Persist the prepared turn in one transaction, the reply's chunks (as `render`
+        makes them for the platform) recorded as pending deliveries; return what to send."""
         if prepared.failure is not None:
             await self.store.record_turn(prepared.session.id, TurnRecord(
                 failed=prepared.inbound_ids, usage=usage_records(prepared.failure.usage)))
-            return [*out, Outgoing(prepared.failure.user_message, prepared.reply_to)]
+            failure = Outgoing(prepared.failure.user_message, prepared.reply_to)
+            return Committed(prepared.notices, (), (failure,))
         result = prepared.result
         assert result is not None
-        await self._persist_turn(prepared, result)
-        out.append(Outgoing(result.reply or "(the model returned no text)", prepared.reply_to,
-                            is_reply=True))
-        out.extend(Outgoing(notice) for notice in result.notices)
-        return out
+        chunks = render(result.reply or "(the model returned no text)")
+        await self._persist_turn(prepared, result,
+                                 tuple(OutChunk(c.text, c.entities) for c in chunks))
+        last = prepared.inbound_ids[-1]
+        reply = tuple(Delivery(last, i, c.text, c.entities, "pending")
+                      for i, c in enumerate(chunks))
+        return Committed(prepared.notices, reply, tuple(Outgoing(n) for n in result.notices))
 
     async def abandon(self, chat_key: str, records: list[InboundRecord], *,
                       failed: bool) -> None:
@@ -214,7 +229,8 @@ class Conversations:
         agent.append([m.message for m in messages])
         return session, agent
 
-    async def _persist_turn(self, prepared: Prepared, result: TurnResult) -> None:
+    async def _persist_turn(self, prepared: Prepared, result: TurnResult,
+                            delivery: tuple[OutChunk, ...]) -> None:
         chat_key, session, agent = prepared.chat_key, prepared.session, prepared.agent
         state = agent.export_state()
         compaction = (compaction_record(result.compaction, state)
@@ -223,7 +239,8 @@ class Conversations:
                           compaction=compaction,
                           after=tuple(new_message(m) for m in result.after),
                           replied=prepared.inbound_ids, usage=usage_records(result.usage),
-                          engine_state=state, last_prompt_tokens=agent.status().last_prompt_tokens)
+                          engine_state=state, last_prompt_tokens=agent.status().last_prompt_tokens,
+                          delivery=delivery)
         try:
             live = await self.store.record_turn(session.id, turn)
         except ContinuationConflict:
@@ -233,7 +250,8 @@ class Conversations:
             self.forget(chat_key)
             tip = await self.live_session(chat_key)
             await self.store.record_turn(tip.id, TurnRecord(
-                after=(*turn.before, *turn.after), replied=turn.replied, usage=turn.usage))
+                after=(*turn.before, *turn.after), replied=turn.replied, usage=turn.usage,
+                delivery=delivery))
             return
         if live.id != session.id:
             agent.session_started(live.id, parent_session_id=session.id)

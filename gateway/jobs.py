@@ -106,7 +106,8 @@ def recovery_jobs(open_rows: list[InboundRecord]
 
 
 def chat_of(record: InboundRecord) -> ChatRef:
-    return ChatRef(record.platform, record.chat_id, record.extra.get("thread_id"))
+    return ChatRef(record.platform, record.chat_id, record.extra.get("thread_id"),
+                   group=bool(record.extra.get("is_group")))
 
 
 def message_of(record: InboundRecord) -> InboundMessage:

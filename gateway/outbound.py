@@ -1,63 +1,70 @@
-"""Everything the gateway says to a platform: split, send, typing, and "delivered"."""
+"""Everything the gateway says to a platform, on one paced path per chat.
+
+Every send goes through the platform's budget (gateway/budget.py). A reply is delivered
+durably: its chunks were recorded with the turn, each is marked sent with the platform's
+message id, and what a crash cut short is finished on restart, chunk by chunk (see
+docs/architecture.md, "Sending").
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from platforms.base import ChatRef, PlatformAdapter
-from platforms.text import split_message
+from gateway.budget import SendBudget
+from platforms.base import (
+    ChatRef,
+    Chunk,
+    PlatformAdapter,
+    PlatformDown,
+    RateLimited,
+    SendError,
+    Undeliverable,
+)
+from storage.base import SessionStore
+from storage.models import Delivery
 
 log = logging.getLogger(__name__)
 
 TYPING_REFRESH_S = 4.0
+MAX_RATE_LIMITS = 8  # retry-after pauses honoured for one message before giving up
+DOWN_RETRIES_S = (1.0, 3.0)  # waits before retrying a transient failure
 
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A message to send to the chat; `reply_to` threads it under an inbound message."""
+    """A message that is said, not stored: a notice, a refusal, a command's answer."""
 
     text: str
     reply_to: str | None = None
-    is_reply: bool = False  # the model's answer, whose delivery finishes the inbound rows
 
 
 class Outbound:
     """Sends through the adapters; a platform error is logged and reported, never raised."""
 
-    def __init__(self, adapters: Mapping[str, PlatformAdapter]) -> None:
+    def __init__(self, adapters: Mapping[str, PlatformAdapter], store: SessionStore) -> None:
         self.adapters = adapters
+        self.store = store
+        self.budgets = {name: SendBudget(a.limits) for name, a in adapters.items()}
 
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> bool:
-        """Split and send; False (logged) when the platform refused any part of it."""
+    def render(self, chat: ChatRef, text: str) -> list[Chunk]:
         adapter = self.adapters.get(chat.platform)
-        if adapter is None:
-            log.warning("no adapter for %s; dropping a reply to %s", chat.platform, chat.key)
-            return False
-        for chunk in split_message(text, adapter.max_message_length):
-            try:
-                await adapter.send(chat, chunk, reply_to)
-            except Exception:
-                log.exception("%s: sending to %s failed", adapter.name, chat.key)
+        return adapter.render(text) if adapter else [Chunk(text)]
+
+    # --- saying things ------------------------------------------------------------------
+    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> bool:
+        """Render and send; False (logged) when the platform did not take all of it."""
+        for chunk in self.render(chat, text):
+            if await self._send_chunk(chat, chunk, reply_to) is False:
                 return False
             reply_to = None
         return True
 
-    async def send_all(self, chat: ChatRef, outgoing: list[Outgoing]) -> bool:
-        """Send in order; True when the reply itself was accepted by the platform."""
-        accepted = False
+    async def send_all(self, chat: ChatRef, outgoing: Sequence[Outgoing]) -> None:
         for item in outgoing:
-            sent = await self.send(chat, item.text, item.reply_to)
-            accepted = accepted or (sent and item.is_reply)
-        return accepted
-
-    async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
-        """Tell the adapter everything about these inbound messages has been said."""
-        adapter = self.adapters.get(chat.platform)
-        if adapter is not None:
-            await adapter.delivered(chat, message_ids)
+            await self.send(chat, item.text, item.reply_to)
 
     async def answer(self, chat: ChatRef, text: str, message_id: str) -> bool:
         """One reply to one inbound message, then "delivered" for it."""
@@ -65,14 +72,76 @@ class Outbound:
         await self.delivered(chat, (message_id,))
         return sent
 
+    async def deliver(self, chat: ChatRef, chunks: Sequence[Delivery], reply_to: str | None
+                      ) -> bool:
+        """Send a stored reply's pending chunks in order, marking each as it goes.
+
+        True when every chunk is with the platform (or refused for good); False when a
+        transient failure left some pending for the next start.
+        """
+        for chunk in chunks:
+            if chunk.status != "pending":
+                continue
+            outcome = await self._send_chunk(chat, Chunk(chunk.text, chunk.entities),
+                                             reply_to if chunk.chunk == 0 else None)
+            if outcome is False:
+                return False
+            refused = isinstance(outcome, Undeliverable)
+            await self.store.mark_delivered(chunk.inbound_id, chunk.chunk,
+                                            None if refused else outcome, failed=refused)
+        return True
+
+    async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
+        """Tell the adapter everything about these inbound messages has been said."""
+        adapter = self.adapters.get(chat.platform)
+        if adapter is not None:
+            await adapter.delivered(chat, message_ids)
+
     async def keep_typing(self, chat: ChatRef) -> None:
-        """Refresh the typing indicator until cancelled; a failure never fails the turn."""
+        """Refresh the typing indicator until cancelled, only when the budget has room."""
         adapter = self.adapters.get(chat.platform)
         if adapter is None:
             return
+        budget = self.budgets[chat.platform]
         while True:
-            try:
-                await adapter.typing(chat)
-            except Exception as exc:
-                log.debug("typing failed in %s: %s", chat.key, exc)
+            if budget.typing_allowed(chat.key, group=chat.group):
+                try:
+                    await adapter.typing(chat)
+                except Exception as exc:  # typing is a nicety: never fail a turn for it
+                    log.debug("typing failed in %s: %s", chat.key, exc)
             await asyncio.sleep(TYPING_REFRESH_S)
+
+    # --- one message, paced, with the platform's pauses honoured ---------------------------
+    async def _send_chunk(self, chat: ChatRef, chunk: Chunk, reply_to: str | None
+                          ) -> str | None | Undeliverable | bool:
+        """The platform message id (or None) once sent; an Undeliverable when refused for
+        good; False when it could not be sent now."""
+        adapter = self.adapters.get(chat.platform)
+        if adapter is None:
+            log.warning("no adapter for %s; dropping a message to %s", chat.platform, chat.key)
+            return False
+        budget = self.budgets[chat.platform]
+        rate_limits = downs = 0
+        while True:
+            await budget.wait_turn(chat.key, group=chat.group)
+            try:
+                return await adapter.send(chat, chunk, reply_to)
+            except RateLimited as exc:
+                rate_limits += 1
+                log.warning("%s: %s is rate limited for %.1f s", adapter.name, chat.key,
+                            exc.retry_after)
+                budget.pause(chat.key, exc.retry_after)
+                if rate_limits > MAX_RATE_LIMITS:
+                    return False
+            except Undeliverable as exc:
+                log.warning("%s: %s refused a message for good: %s", adapter.name, chat.key, exc)
+                return exc
+            except (PlatformDown, SendError, OSError) as exc:
+                if downs >= len(DOWN_RETRIES_S):
+                    log.warning("%s: sending to %s failed: %s", adapter.name, chat.key, exc)
+                    return False
+                await asyncio.sleep(DOWN_RETRIES_S[downs])
+                downs += 1
+            except Exception:
+                log.exception("%s: sending to %s failed", adapter.name, chat.key)
+                return False

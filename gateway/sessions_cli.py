@@ -57,14 +57,19 @@ async def run(store: SessionStore, args: argparse.Namespace) -> int:
             print(f"threadline: no session {args.session_id}", file=sys.stderr)
             return 1
         history = await store.load_history(args.session_id)
+        # A reply whose chunks have not all reached the platform yet.
+        undelivered = await store.undelivered(
+            [m.id for m in history if m.message.get("role") == "assistant"])
         if args.json:
             _dump([{"seq": m.seq, **m.message, "tokens": m.tokens, "answered": m.answered,
-                    "created_at": m.created_at} for m in history])
+                    "undelivered": m.id in undelivered, "created_at": m.created_at}
+                   for m in history])
             return 0
         for m in history:
             role = m.message.get("role", "?")
             who = f" ({m.sender_name})" if m.sender_name and role == "user" else ""
             flag = " [unanswered]" if m.answered is False else ""
+            flag += " [undelivered]" if m.id in undelivered else ""
             print(f"[{m.seq}] {role}{who}{flag}: {content_text(m.message.get('content'))}")
         return 0
     hits = await store.search(args.query, args.chat_key)

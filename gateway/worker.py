@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
-from agent.messages import message_text
 from gateway.auth import Authorizer
 from gateway.commands import CommandCall, CommandTable
 from gateway.conversations import Conversations
@@ -20,7 +19,7 @@ from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
 from gateway.outbound import Outbound
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
-from storage.models import InboundRecord
+from storage.models import Delivery, InboundRecord
 
 log = logging.getLogger(__name__)
 
@@ -122,18 +121,25 @@ class ChatWorker:
         if prepared is None:
             return await self._not_answered(chat, records, failure or running.stop_reason)
         try:
-            outgoing = await self.conversations.commit(prepared)
+            committed = await self.conversations.commit(
+                prepared, lambda text: self.outbound.render(chat, text))
         except Exception:
             log.exception("storing the turn failed in %s", chat_key)
             return await self._not_answered(chat, records, "failed")
-        accepted = await self.outbound.send_all(chat, outgoing)
-        if prepared.result is not None:
-            if accepted:
-                await self.store.finish_inbound([r.id for r in records], "answered")
-            else:
-                log.warning("chat %s: the reply was not accepted; it is kept and sent again "
-                            "after a restart", chat_key)
+        await self.outbound.send_all(chat, committed.before)
+        if committed.reply:
+            await self._deliver(chat, records, committed.reply)
+        await self.outbound.send_all(chat, committed.after)
         await self.outbound.delivered(chat, ids)
+
+    async def _deliver(self, chat: ChatRef, records: list[InboundRecord],
+                       reply: Sequence[Delivery]) -> None:
+        """Send a stored reply; its messages count as answered once all of it is out."""
+        if await self.outbound.deliver(chat, reply, records[-1].message_id):
+            await self.store.finish_inbound([r.id for r in records], "answered")
+        else:
+            log.warning("chat %s: part of a reply could not be sent; the rest goes out after "
+                        "a restart", chat.key)
 
     async def _not_answered(self, chat: ChatRef, records: list[InboundRecord],
                             reason: str | None) -> None:
@@ -147,10 +153,12 @@ class ChatWorker:
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
     async def _resend(self, job: ResendJob) -> None:
+        """Finish a reply a crash or an outage cut short: exactly its missing chunks."""
         records = list(job.records)
-        row = records[0].reply_row_id
-        stored = await self.store.message(row) if row is not None else None
-        text = message_text(stored.message).strip() if stored else ""
-        if await self.outbound.send(job.chat, text or CUT_OFF, records[-1].message_id):
+        chunks = await self.store.deliveries(records[-1].id)
+        if chunks:
+            await self._deliver(job.chat, records, chunks)
+        else:  # stored but never recorded for delivery: nothing reliable to resend
+            await self.outbound.send(job.chat, CUT_OFF, records[-1].message_id)
             await self.store.finish_inbound([r.id for r in records], "answered")
         await self.outbound.delivered(job.chat, tuple(r.message_id for r in records))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from platforms.text import split_message
 
 
 @dataclass(frozen=True)
@@ -15,6 +18,7 @@ class ChatRef:
     platform: str
     chat_id: str
     thread_id: str | None = None
+    group: bool = field(default=False, compare=False)  # paced as a group by the platform
 
     @property
     def key(self) -> str:
@@ -43,11 +47,51 @@ class InboundMessage:
 
     @property
     def chat(self) -> ChatRef:
-        return ChatRef(self.platform, self.chat_id, self.thread_id)
+        return ChatRef(self.platform, self.chat_id, self.thread_id, group=self.is_group)
 
     @property
     def chat_key(self) -> str:
         return self.chat.key
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One platform message: its text and, on Telegram, its formatting entities."""
+
+    text: str
+    entities: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class SendLimits:
+    """How fast a platform lets a bot send; the gateway's outbound budget keeps to it.
+
+    Sends, edits and typing indicators all count. None means no limit of that kind.
+    """
+
+    per_chat_interval_s: float | None = None  # at most one message per chat this often
+    per_group_per_minute: int | None = None  # and this many per minute in a group
+    per_bot_per_second: int | None = None  # and this many per second over all chats
+
+
+class SendError(Exception):
+    """The platform did not take a message."""
+
+
+class RateLimited(SendError):
+    """Too many requests: nothing more to this chat for `retry_after` seconds."""
+
+    def __init__(self, retry_after: float, message: str = "rate limited") -> None:
+        super().__init__(f"{message} (retry after {retry_after:g} s)")
+        self.retry_after = retry_after
+
+
+class PlatformDown(SendError):
+    """A transient failure (network, 5xx): worth trying again later."""
+
+
+class Undeliverable(SendError):
+    """A permanent refusal (blocked by the user, chat gone, bad request): do not retry."""
 
 
 Handler = Callable[[InboundMessage], Awaitable[None]]
@@ -65,6 +109,7 @@ class PlatformAdapter(ABC):
     name: str = "platform"
     max_message_length: int = 4096
     bot_username: str | None = None  # `/cmd@name` for another name is not for us
+    limits: SendLimits = SendLimits()
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
@@ -81,8 +126,13 @@ class PlatformAdapter(ABC):
     async def shutdown(self) -> None:  # noqa: B027 - optional
         """Release connections and files; the adapter is not used again."""
 
+    def render(self, text: str) -> list[Chunk]:
+        """The reply as the platform's messages, each within its size limit."""
+        return [Chunk(part) for part in split_message(text, self.max_message_length)]
+
     @abstractmethod
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None: ...
+    async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str | None:
+        """Send one message; return its platform message id. Raises SendError kinds."""
 
     async def typing(self, chat: ChatRef) -> None:  # noqa: B027 - optional
         """Show a typing indicator where the platform has one."""

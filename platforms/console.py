@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TextIO
 
-from platforms.base import ChatRef, Handler, InboundMessage, PlatformAdapter
+from platforms.base import ChatRef, Chunk, Handler, InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,12 @@ class ConsoleAdapter(PlatformAdapter):
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None:
+    async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str | None:
         if self.interactive:
-            self._write(f"\nthreadline> {text}\n{PROMPT}")
+            self._write(f"\nthreadline> {chunk.text}\n{PROMPT}")
         else:
-            self._write(text.rstrip("\n") + "\n")
+            self._write(chunk.text.rstrip("\n") + "\n")
+        return None
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         for message_id in message_ids:

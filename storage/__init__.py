@@ -4,8 +4,10 @@ from storage.base import SessionStore
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import (
     Compaction,
+    Delivery,
     InboundRecord,
     NewMessage,
+    OutChunk,
     SearchHit,
     SessionRecord,
     StoredMessage,
@@ -18,8 +20,10 @@ from storage.sqlite import SqliteSessionStore
 __all__ = [
     "Compaction",
     "ContinuationConflict",
+    "Delivery",
     "InboundRecord",
     "NewMessage",
+    "OutChunk",
     "SearchHit",
     "SessionRecord",
     "SessionStore",

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from storage.models import (
+    Delivery,
     InboundRecord,
     NewMessage,
     SearchHit,
@@ -132,6 +133,20 @@ class SessionStore(ABC):
     async def open_inbound(self) -> list[InboundRecord]:
         """Inbound rows still pending or taken (not answered, not failed), oldest first; a
         taken row with `reply_row_id` has its reply stored but not yet delivered."""
+
+    # --- deliveries ------------------------------------------------------------------
+    @abstractmethod
+    async def deliveries(self, inbound_id: int) -> list[Delivery]:
+        """The chunks of the reply to this inbound row, in order, with their status."""
+
+    @abstractmethod
+    async def mark_delivered(self, inbound_id: int, chunk: int,
+                             platform_message_id: str | None, *, failed: bool = False) -> None:
+        """The platform took this chunk (or refused it for good): it is never sent again."""
+
+    @abstractmethod
+    async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
+        """Which of these stored replies still have chunks waiting to be sent."""
 
     # --- usage -----------------------------------------------------------------------
     @abstractmethod

@@ -144,6 +144,29 @@ class TurnRecord:
     usage: tuple[UsageRecord, ...] = ()
     engine_state: dict[str, Any] | None = None
     last_prompt_tokens: int | None = None
+    # The reply as the platform will receive it, recorded as pending deliveries of the
+    # last `replied` row in the same transaction, before the first chunk is sent.
+    delivery: tuple[OutChunk, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutChunk:
+    """One platform message of a reply: its text and platform formatting (entities)."""
+
+    text: str
+    entities: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One chunk of a stored reply and whether the platform has it."""
+
+    inbound_id: int  # the message it answers (the last of its batch)
+    chunk: int  # position in the reply
+    text: str
+    entities: tuple[dict[str, Any], ...]
+    status: str  # pending | sent | failed
+    platform_message_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from storage.errors import ContinuationConflict, StoreError
-from storage.models import NewMessage, SessionRecord, StoredMessage, UsageRecord
+from storage.models import NewMessage, OutChunk, SessionRecord, StoredMessage, UsageRecord
 from storage.sqlite.rows import (
     FIELD_COUNT,
     INBOUND_COLUMNS,
@@ -306,3 +306,24 @@ async def update_pending_text(db: aiosqlite.Connection, key: tuple[str, str, str
     if row is not None and row[0] == "pending":
         await db.execute(f"UPDATE inbound SET text = ? {_ONE_INBOUND}", (text, *key))
     return row[0] if row else None
+
+
+# --- deliveries ---------------------------------------------------------------------------------
+DELIVERY_COLUMNS = "inbound_id, chunk, text, entities, status, platform_message_id"
+DELIVERIES_OF = f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE inbound_id = ? ORDER BY chunk"
+MARK_DELIVERED = ("UPDATE deliveries SET status = ?, platform_message_id = ?, sent_at = ?"
+                  " WHERE inbound_id = ? AND chunk = ? AND status = 'pending'")
+UNDELIVERED = (f"SELECT DISTINCT reply_row_id FROM deliveries WHERE reply_row_id {IN_IDS}"
+               " AND status = 'pending'")
+
+
+async def insert_delivery(db: aiosqlite.Connection, inbound_id: int, reply: StoredMessage,
+                          chunks: Sequence[OutChunk]) -> None:
+    """Record a reply's chunks as pending (a redelivered turn keeps the first record)."""
+    if not chunks:
+        return
+    await db.executemany(
+        "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)))
+         for i, c in enumerate(chunks)])

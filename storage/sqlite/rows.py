@@ -12,6 +12,7 @@ from typing import Any
 
 from storage.errors import StoreError
 from storage.models import (
+    Delivery,
     InboundRecord,
     NewMessage,
     SearchHit,
@@ -124,3 +125,9 @@ def usage_totals(row: Sequence[Any]) -> UsageTotals:
     inp, out, read, write, reasoning, calls = row
     return UsageTotals(input_tokens=inp, output_tokens=out, cache_read_tokens=read,
                        cache_write_tokens=write, reasoning_tokens=reasoning, calls=calls)
+
+
+def delivery(row: Sequence[Any]) -> Delivery:
+    inbound_id, chunk, text, entities, status, platform_message_id = row
+    return Delivery(inbound_id, chunk, text, tuple(json.loads(entities or "[]")), status,
+                    platform_message_id)

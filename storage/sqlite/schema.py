@@ -134,7 +134,25 @@ _V3_PENDING_REPLY = (
         END""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY)
+# A reply's chunks are recorded with the turn and marked sent one by one, so a delivery cut
+# short by a crash is finished on restart: exactly the missing chunks, once.
+_V4_DELIVERIES = (
+    """CREATE TABLE deliveries (
+        inbound_id INTEGER NOT NULL REFERENCES inbound(id),
+        chunk INTEGER NOT NULL,
+        reply_row_id INTEGER REFERENCES messages(id),
+        text TEXT NOT NULL,
+        entities TEXT NOT NULL DEFAULT '[]',
+        status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'failed')),
+        platform_message_id TEXT,
+        sent_at REAL,
+        PRIMARY KEY (inbound_id, chunk)
+    )""",
+    "CREATE INDEX deliveries_by_reply ON deliveries(reply_row_id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
+                                           _V4_DELIVERIES)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -23,6 +23,7 @@ import aiosqlite
 from storage.base import SessionStore
 from storage.errors import StoreError
 from storage.models import (
+    Delivery,
     InboundRecord,
     NewMessage,
     SearchHit,
@@ -198,7 +199,10 @@ class SqliteSessionStore(SessionStore):
                 live_id = await continuation.continue_session(db, session_id, turn.compaction,
                                                               now, len(before))
             after = await q.append(db, live_id, turn.after, now)
-            await q.set_reply(db, turn.replied, (after or before or [None])[-1])
+            reply = (after or before or [None])[-1]
+            await q.set_reply(db, turn.replied, reply)
+            if turn.replied and reply is not None:
+                await q.insert_delivery(db, turn.replied[-1], reply, turn.delivery)
             await q.mark_inbound(db, (), turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
             await q.insert_usage(db, session_id, turn.usage, now)
@@ -267,6 +271,23 @@ class SqliteSessionStore(SessionStore):
     async def open_inbound(self) -> list[InboundRecord]:
         return await self._read(
             lambda db: q.fetch_all(db, q.OPEN_INBOUND, (), rows.inbound_record))
+
+    # --- deliveries ------------------------------------------------------------------
+    async def deliveries(self, inbound_id: int) -> list[Delivery]:
+        return await self._read(
+            lambda db: q.fetch_all(db, q.DELIVERIES_OF, (inbound_id,), rows.delivery))
+
+    async def mark_delivered(self, inbound_id: int, chunk: int,
+                             platform_message_id: str | None, *, failed: bool = False) -> None:
+        params = ("failed" if failed else "sent", platform_message_id, time.time(),
+                  inbound_id, chunk)
+        await self._write_statement(q.MARK_DELIVERED, params)
+
+    async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
+        ids = json.dumps(list(reply_row_ids))
+        found = await self._read(lambda db: q.fetch_all(db, q.UNDELIVERED, (ids,),
+                                                        lambda row: row[0]))
+        return set(found)
 
     # --- usage -----------------------------------------------------------------------
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None:

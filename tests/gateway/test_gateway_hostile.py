@@ -54,7 +54,7 @@ async def test_status_usage_and_a_message_together_make_one_root_session(tmp_pat
 async def test_a_reply_the_platform_refused_is_delivered_after_a_restart(tmp_path, fake_openai):
     config = config_for(tmp_path, fake_openai.base_url)
     platform = RecordingPlatform()
-    platform.failing_sends = 1
+    platform.failing_sends = 3  # the first try and both retries
     gw = await started_gateway(config, [platform])
     try:
         await platform.say("hello", message_id="5")
@@ -344,7 +344,7 @@ async def test_the_sender_of_the_running_turn_may_stop_it_in_a_group(tmp_path, f
 
 async def test_a_stored_reply_is_resent_once_however_other_chats_interleave(tmp_path,
                                                                          fake_openai):
-    from storage.models import NewMessage, TurnRecord
+    from storage.models import NewMessage, OutChunk, TurnRecord
 
     config = config_for(tmp_path, fake_openai.base_url)
     gw = await started_gateway(config, [RecordingPlatform()])
@@ -362,8 +362,42 @@ async def test_a_stored_reply_is_resent_once_however_other_chats_interleave(tmp_
         # The turn was stored, then the process died before the platform took the reply.
         await store.record_turn(session.id, TurnRecord(
             after=(NewMessage({"role": "assistant", "content": f"answer for {chat}"}),),
-            replied=tuple(ids)))
+            replied=tuple(ids), delivery=(OutChunk(f"answer for {chat}"),)))
     await close(gw)
     again = await after_restart(config, 3)
     assert sorted(again.texts()) == ["answer for 1", "answer for 2"]
     assert fake_openai.calls_to("/chat/completions") == []
+
+
+async def test_a_reply_cut_short_sends_exactly_its_missing_chunks_after_a_restart(tmp_path,
+                                                                                  fake_openai):
+    words = [f"w{i:03d}" for i in range(120)]
+    fake_openai.responder = lambda body: " ".join(words)  # about 600 characters
+    config = config_for(tmp_path, fake_openai.base_url)
+    platform = RecordingPlatform(max_message_length=100)
+    platform.fail_after, platform.failing_sends = 2, 3  # chunks 1-2 go, chunk 3 never does
+    gw = await started_gateway(config, [platform])
+    try:
+        await platform.say("talk to me", message_id="40")
+        await platform.wait_delivered(1)
+        live = await gw.store.live_session(CHAT)
+    finally:
+        await close(gw)
+    first = platform.texts()
+    assert len(first) == 2
+    assert "[undelivered]" in await threadline_show(tmp_path, live.id)
+    again = await after_restart(config, 1)
+    sent = first + again.texts()
+    assert " ".join(sent).split() == words  # every word once, in order
+    assert again.sent[0].reply_to is None  # the continuation is not threaded a second time
+    assert len(fake_openai.calls_to("/chat/completions")) == 1
+    assert "[undelivered]" not in await threadline_show(tmp_path, live.id)
+
+
+async def threadline_show(tmp_path, session_id: str) -> str:
+    from tests.harness.cli import threadline
+
+    config = str(tmp_path / "config.yaml")
+    ran = await threadline("sessions", "show", session_id, "--config", config, home=tmp_path)
+    assert ran.code == 0, ran.err
+    return ran.out

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 from dataclasses import dataclass
 
-from platforms.base import ChatRef, Handler, InboundMessage, PlatformAdapter
+from platforms.base import ChatRef, Chunk, Handler, InboundMessage, PlatformAdapter, PlatformDown
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class _RecordingAdapter(PlatformAdapter):
         self.recorder = recorder
         self.name = recorder.name
         self.bot_username = recorder.bot_username
+        self.max_message_length = recorder.max_message_length
 
     async def start(self) -> None:
         return None
@@ -34,8 +35,8 @@ class _RecordingAdapter(PlatformAdapter):
     async def stop(self) -> None:
         return None
 
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> None:
-        await self.recorder.record_send(chat, text, reply_to)
+    async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str:
+        return await self.recorder.record_send(chat, chunk.text, reply_to)
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         await self.recorder.record_delivered(message_ids)
@@ -47,11 +48,13 @@ class _RecordingAdapter(PlatformAdapter):
 class RecordingPlatform:
     """Stands in for a chat service: `say()` delivers a user message, `sent` logs replies."""
 
-    def __init__(self, name: str = "test", *, bot_username: str | None = "threadline_bot"
-                 ) -> None:
+    def __init__(self, name: str = "test", *, bot_username: str | None = "threadline_bot",
+                 max_message_length: int = 4096) -> None:
         self.name = name
         self.bot_username = bot_username
+        self.max_message_length = max_message_length
         self.failing_sends = 0  # the next N sends fail like a platform outage would
+        self.fail_after = None  # int: that many more sends succeed, then failing_sends apply
         self.sent: list[Sent] = []
         self.delivered_ids: list[str] = []
         self.menu: list[tuple[str, str]] = []  # what register_commands announced
@@ -69,13 +72,16 @@ class RecordingPlatform:
         assert self.adapter is not None, "hand the recorder to a gateway first"
         return self.adapter.handler
 
-    async def record_send(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
-        if self.failing_sends:
+    async def record_send(self, chat: ChatRef, text: str, reply_to: str | None) -> str:
+        if self.fail_after:
+            self.fail_after -= 1
+        elif self.failing_sends:
             self.failing_sends -= 1
-            raise ConnectionError("the platform is unreachable")
+            raise PlatformDown("the platform is unreachable")
         async with self._changed:
             self.sent.append(Sent(chat.key, text, reply_to))
             self._changed.notify_all()
+        return f"out-{len(self.sent)}"
 
     async def record_delivered(self, message_ids: tuple[str, ...]) -> None:
         async with self._changed:

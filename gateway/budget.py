@@ -1,0 +1,89 @@
+"""One sending budget per platform: per-chat pacing, per-group and per-bot rates, pauses.
+
+Sends wait for their turn; a typing indicator never waits: it goes only when the chat is
+idle and the bot has room this second, so it can never push a send back (see
+docs/architecture.md, "Sending").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+from platforms.base import SendLimits
+
+MINUTE_S = 60.0
+
+
+class SendBudget:
+    """Paces one platform's outgoing calls to the limits it declares."""
+
+    def __init__(self, limits: SendLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._next: dict[str, float] = {}  # chat -> earliest time of its next message
+        self._group_sent: dict[str, deque[float]] = {}  # group chat -> sends in the last minute
+        self._bot_sent: deque[float] = deque()  # every call in the last second
+        self._waiting: dict[str, int] = {}  # chat -> sends waiting for their turn
+
+    def pause(self, chat_key: str, seconds: float) -> None:
+        """The platform said "retry after": nothing goes to this chat before then."""
+        until = self._clock() + seconds
+        self._next[chat_key] = max(self._next.get(chat_key, 0.0), until)
+
+    async def wait_turn(self, chat_key: str, *, group: bool) -> None:
+        """Wait until a message may go to this chat, and book the slot."""
+        self._waiting[chat_key] = self._waiting.get(chat_key, 0) + 1
+        try:
+            while True:
+                delay = self._delay(chat_key, group)
+                if delay <= 0:
+                    break
+                await asyncio.sleep(delay)
+            self._book(chat_key, group)
+        finally:
+            self._waiting[chat_key] -= 1
+            if not self._waiting[chat_key]:
+                del self._waiting[chat_key]
+
+    def typing_allowed(self, chat_key: str, *, group: bool) -> bool:
+        """Typing is dropped first: only for an idle chat whose next send could go now."""
+        if self._waiting.get(chat_key) or self._delay(chat_key, group) > 0:
+            return False
+        if self.limits.per_bot_per_second:  # it is a call too, but holds no chat slot
+            self._bot_sent.append(self._clock())
+        return True
+
+    def _delay(self, chat_key: str, group: bool) -> float:
+        now = self._clock()
+        waits = [self._next.get(chat_key, 0.0) - now]
+        per_group = self.limits.per_group_per_minute
+        if group and per_group:
+            sent = self._window(self._group_sent.setdefault(chat_key, deque()), MINUTE_S)
+            if len(sent) >= per_group:
+                waits.append(sent[0] + MINUTE_S - now)
+        per_bot = self.limits.per_bot_per_second
+        if per_bot:
+            sent = self._window(self._bot_sent, 1.0)
+            if len(sent) >= per_bot:
+                waits.append(sent[0] + 1.0 - now)
+        return max(waits)
+
+    def _window(self, sent: deque[float], span: float) -> deque[float]:
+        cutoff = self._clock() - span
+        while sent and sent[0] <= cutoff:
+            sent.popleft()
+        return sent
+
+    def _book(self, chat_key: str, group: bool) -> None:
+        now = self._clock()
+        interval = self.limits.per_chat_interval_s or 0.0
+        self._next[chat_key] = max(self._next.get(chat_key, 0.0), now + interval)
+        if group and self.limits.per_group_per_minute:
+            self._group_sent.setdefault(chat_key, deque()).append(now)
+        if self.limits.per_bot_per_second:
+            self._bot_sent.append(now)
+        if len(self._next) > 10_000:  # forget chats whose slots are long past
+            self._next = {k: v for k, v in self._next.items() if v > now}
