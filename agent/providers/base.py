@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agent.providers.windows import context_window_for
@@ -33,7 +33,6 @@ class Completion:
     usage: CanonicalUsage
     model: str
     finish_reason: str | None = None
-    raw_usage: dict[str, Any] = field(default_factory=dict)  # TODO(layout): drop with local.py
 
     @property
     def text(self) -> str:

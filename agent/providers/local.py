@@ -6,10 +6,13 @@ import asyncio
 import importlib.util
 import logging
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from agent.errors import EmptyReplyError, ProviderError, ProviderUnavailableError
+from agent.messages import content_text
 from agent.providers.base import Completion, Provider, ProviderSettings
 from agent.providers.classify import ErrorInfo, length_error
 from agent.usage import from_openai_chat
@@ -54,28 +57,12 @@ def resolve_model_path(settings: ProviderSettings, package: str = MODEL_PACKAGE)
     return path
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content if isinstance(content, list) else [content]:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text") or ""))
-        elif isinstance(part, dict) and part.get("type") in ("image_url", "image"):
-            parts.append("[image]")
-    return "\n".join(p for p in parts if p)
-
-
 def to_plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Role/content strings only: the chat template knows nothing of tools or parts."""
     plain: list[dict[str, str]] = []
     for message in messages:
         role = message.get("role") or "user"
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"))
         if role == "tool":
             role, text = "user", f"[tool result {message.get('tool_call_id', '')}]\n{text}"
         elif role == "assistant":
@@ -88,6 +75,23 @@ def to_plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     return plain
 
 
+def _stop_when_set(stop: threading.Event, end_token: int) -> Any:
+    """Logits processors that force the end token once `stop` is set.
+
+    create_chat_completion takes no stopping criteria, but it does take logits processors;
+    an end token makes llama.cpp finish the reply the ordinary way at the next step.
+    """
+    from llama_cpp import LogitsProcessorList
+
+    def processor(input_ids: Any, scores: Any) -> Any:
+        if stop.is_set():
+            scores.fill(float("-inf"))
+            scores[end_token] = 0.0
+        return scores
+
+    return LogitsProcessorList([processor])
+
+
 class LocalProvider(Provider):
     """A GGUF chat model in this process; loads on first use, one call at a time."""
 
@@ -95,9 +99,19 @@ class LocalProvider(Provider):
 
     def __init__(self, settings: ProviderSettings) -> None:
         super().__init__(settings)
-        self._llm: Any = None
-        # llama.cpp contexts are not thread-safe: one generation at a time.
-        self._lock = asyncio.Lock()
+        self._llm: Any = None  # read and written on the worker thread only
+        # A llama.cpp context is not thread-safe, and cancelling an await does not stop the
+        # thread doing the work. So one thread owns the model: loading, generating and
+        # closing queue up on it and can never overlap, whatever happens to the callers.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-model")
+        self._closed = False
+
+    async def _on_worker(self, fn: Any, *args: Any) -> Any:
+        if self._closed:
+            raise ProviderUnavailableError("local: the model has been closed",
+                                           provider=self.kind)
+        # A call cancelled while still queued is dropped before it starts.
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
     def _load(self) -> Any:
         try:
@@ -125,23 +139,30 @@ class LocalProvider(Provider):
         if tools:
             log.debug("local model has no tool calling; %d tools ignored", len(tools))
         plain = to_plain_messages(messages)
-        async with self._lock:
-            if self._llm is None:
-                self._llm = await asyncio.to_thread(self._load)
-            response = await asyncio.to_thread(
-                self._generate, self._llm, plain,
-                max_tokens or self.settings.max_output_tokens,
-                DEFAULT_TEMPERATURE if temperature is None else temperature)
+        stop = threading.Event()
+        try:
+            response = await self._on_worker(
+                self._generate, plain, max_tokens or self.settings.max_output_tokens,
+                DEFAULT_TEMPERATURE if temperature is None else temperature, stop)
+        except asyncio.CancelledError:
+            # The caller leaves now; the thread ends at its next token, so the call queued
+            # behind it (often the user's next message) does not wait for a reply nobody reads.
+            stop.set()
+            raise
         return self._to_completion(response)
 
-    def _generate(self, llm: Any, plain: list[dict[str, str]], max_tokens: int,
-                  temperature: float) -> dict[str, Any]:
+    def _generate(self, plain: list[dict[str, str]], max_tokens: int, temperature: float,
+                  stop: threading.Event) -> dict[str, Any]:
+        if self._llm is None:
+            self._llm = self._load()
+        llm = self._llm
         # llama.cpp tokenizes the templated prompt and raises ValueError before any decoding
         # when it does not fit, which is the cheap pre-check we need.
         try:
             return llm.create_chat_completion(
                 messages=plain, max_tokens=max_tokens, temperature=temperature,
-                top_p=TOP_P, repeat_penalty=REPEAT_PENALTY)
+                top_p=TOP_P, repeat_penalty=REPEAT_PENALTY,
+                logits_processor=_stop_when_set(stop, llm.token_eos()))
         except ValueError as exc:
             text = f"local: {exc}"
             mapped = length_error(ErrorInfo(None, text), text, provider=self.kind)
@@ -160,11 +181,19 @@ class LocalProvider(Provider):
             usage=from_openai_chat(usage),
             model=self.model or response.get("model") or "local",
             finish_reason=choice.get("finish_reason"),
-            raw_usage=dict(usage),
         )
 
-    async def aclose(self) -> None:
-        async with self._lock:
-            llm, self._llm = self._llm, None
+    def _unload(self) -> None:
+        llm, self._llm = self._llm, None
         if llm is not None:
-            await asyncio.to_thread(llm.close)
+            llm.close()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Queued behind any generation still running, so the model is never freed under it;
+        # the shield keeps the unload queued even if this shutdown is itself cancelled.
+        unloaded = asyncio.get_running_loop().run_in_executor(self._worker, self._unload)
+        self._worker.shutdown(wait=False)
+        await asyncio.shield(unloaded)
