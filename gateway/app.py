@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from agent.errors import plain_error
 from gateway.auth import Authorizer
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.conversations import Conversations
@@ -20,6 +21,7 @@ from storage.models import InboundRecord
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
+CONNECT_RETRIES_S = (2.0, 5.0, 15.0, 30.0, *[60.0] * 10_000)  # then every minute
 
 
 class Gateway:
@@ -47,6 +49,7 @@ class Gateway:
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
         self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
+        self._connecting: list[asyncio.Task[None]] = []
 
     # --- lifecycle --------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -60,29 +63,47 @@ class Gateway:
         if self._state != "new":
             return
         await self.store.initialize()
-        for adapter in self.adapters.values():
-            await adapter.initialize()
         self._state = "initialized"
 
     async def start(self) -> None:
+        """Connect every platform; one that cannot be reached is retried in the background
+        (with growing pauses) while the others run. Each recovers its chats once up."""
         if self._state == "running":
             return
         if self._state != "initialized":
             raise RuntimeError(f"start() needs an initialized gateway, not a {self._state} one")
         self._state = "running"
         for adapter in self.adapters.values():
+            if not await self._bring_up(adapter):
+                self._connecting.append(asyncio.create_task(self._keep_connecting(adapter)))
+
+    async def _bring_up(self, adapter: PlatformAdapter) -> bool:
+        try:
+            await adapter.initialize()
             await adapter.start()
-            self._started.append(adapter)
-            try:
-                await adapter.register_commands(self.commands.menu())
-            except Exception as exc:  # a command menu is a nicety, not a reason to stop
-                log.warning("%s: registering commands failed: %s", adapter.name, exc)
-        await self._recover()
+        except Exception as exc:
+            log.error("%s: cannot connect: %s", adapter.name, plain_error(exc))
+            return False
+        self._started.append(adapter)
+        try:
+            await adapter.register_commands(self.commands.menu())
+        except Exception as exc:  # a command menu is a nicety, not a reason to stop
+            log.warning("%s: registering commands failed: %s", adapter.name, plain_error(exc))
+        await self._recover(adapter.name)
+        return True
+
+    async def _keep_connecting(self, adapter: PlatformAdapter) -> None:
+        for delay in CONNECT_RETRIES_S:
+            await asyncio.sleep(delay)
+            if self._state != "running" or await self._bring_up(adapter):
+                return
 
     async def stop(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> None:
         if self._state != "running":
             return
         self._state = "stopped"
+        for task in self._connecting:
+            task.cancel()
         for adapter in reversed(self._started):
             try:
                 await adapter.stop()
@@ -204,13 +225,14 @@ class Gateway:
                                       chat=self.router.running(msg.chat_key))
 
     # --- recovery ---------------------------------------------------------------------------
-    async def _recover(self) -> None:
+    async def _recover(self, platform: str) -> None:
         """Finish what was stored but never answered or delivered before a stop or crash.
 
-        Stored replies the platform never accepted are sent; messages are answered again;
-        commands run again as commands, never as text for the model.
+        Stored replies the platform never took are sent (their missing chunks); messages
+        are answered again; commands run again as commands, never as text for the model.
         """
-        for chat_key, job in recovery_jobs(await self.store.open_inbound()):
+        rows = [r for r in await self.store.open_inbound() if r.platform == platform]
+        for chat_key, job in recovery_jobs(rows):
             if isinstance(job, tuple):  # a pending inbound message: route it like new
                 msg, record = job
                 await self._route(msg, record, parse_command(record.text))

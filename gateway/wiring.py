@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agent.agent import AgentSettings
 from agent.engines import resolve_engine_factory
@@ -21,10 +22,10 @@ from platforms.console import ConsoleAdapter
 from storage.base import SessionStore
 from storage.sqlite import SqliteSessionStore
 
+if TYPE_CHECKING:
+    from platforms.telegram.adapter import TelegramSettings
+
 log = logging.getLogger(__name__)
-
-REMOTE_PLATFORMS = ("telegram", "discord")
-
 
 def main_settings(config: Config) -> ProviderSettings:
     m = config.model
@@ -80,15 +81,30 @@ def build_conversations(config: Config, store: SessionStore) -> Conversations:
                          settings=agent_settings(config))
 
 
+def telegram_settings(config: Config) -> TelegramSettings:
+    from platforms.telegram.adapter import TelegramSettings  # PTB loads only when used
+
+    tg = config.platforms.telegram
+    assert tg.token is not None  # validated: an enabled Telegram has a token
+    return TelegramSettings(
+        token=tg.token, mode=tg.mode, base_url=tg.base_url, base_file_url=tg.base_file_url,
+        webhook_url=tg.webhook.url, listen=tg.webhook.listen, port=tg.webhook.port,
+        secret_token=tg.webhook.secret_token, require_mention=tg.require_mention)
+
+
 def platform_factories(config: Config, *, console: bool,
                        console_chat: str = "local") -> list[PlatformFactory]:
     """The platforms to connect: the console when asked, and every enabled remote one."""
     factories: list[PlatformFactory] = []
     if console:
         factories.append(functools.partial(ConsoleAdapter, chat_id=console_chat))
-    for name in REMOTE_PLATFORMS:
-        if getattr(config.platforms, name).enabled:
-            log.error("platform %s is enabled but not available in this version; skipping", name)
+    if config.platforms.telegram.enabled:
+        from platforms.telegram.adapter import TelegramAdapter
+
+        factories.append(functools.partial(TelegramAdapter,
+                                           settings=telegram_settings(config)))
+    if config.platforms.discord.enabled:
+        log.error("platform discord is enabled but not available in this version; skipping")
     return factories
 
 

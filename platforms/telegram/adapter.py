@@ -1,0 +1,210 @@
+"""The Telegram adapter on python-telegram-bot: long polling or a webhook, explicit lifecycle.
+
+PTB's Application is driven step by step (never `run_polling()`, which would own the event
+loop and the signals): initialize (getMe), start (polling or the webhook server), stop,
+shutdown. Sending formats the model's Markdown into entities (format.py) and maps PTB's
+errors onto the gateway's kinds: flood control → RateLimited, network → PlatformDown,
+a blocked bot or a gone chat → Undeliverable.
+"""
+
+from __future__ import annotations
+
+import datetime as dtm
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from telegram import BotCommand, MessageEntity, ReplyParameters, Update
+from telegram.constants import ChatAction
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+
+from platforms.base import (
+    ChatRef,
+    Chunk,
+    Handler,
+    PlatformAdapter,
+    PlatformDown,
+    RateLimited,
+    SendLimits,
+    Undeliverable,
+)
+from platforms.telegram import format as fmt
+from platforms.telegram.inbound import AdminCache, to_inbound
+
+log = logging.getLogger(__name__)
+
+# The Bot API's documented pace: about one message a second per chat, twenty a minute in a
+# group, thirty a second over all chats.
+TELEGRAM_LIMITS = SendLimits(per_chat_interval_s=1.0, per_group_per_minute=20,
+                             per_bot_per_second=30)
+ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE]
+
+
+@dataclass(frozen=True)
+class TelegramSettings:
+    token: str
+    mode: str = "polling"  # polling | webhook
+    base_url: str | None = None
+    base_file_url: str | None = None
+    webhook_url: str | None = None
+    listen: str = "127.0.0.1"
+    port: int = 8443
+    secret_token: str | None = None
+    require_mention: bool = True
+    poll_timeout_s: float = 10.0
+
+
+class TelegramAdapter(PlatformAdapter):
+    """Private chats, groups, supergroups and forum topics of one bot."""
+
+    name = "telegram"
+    max_message_length = fmt.TELEGRAM_LIMIT
+    limits = TELEGRAM_LIMITS
+
+    def __init__(self, handler: Handler, settings: TelegramSettings) -> None:
+        super().__init__(handler)
+        if settings.mode == "webhook" and not settings.secret_token:
+            raise ValueError("telegram webhook mode needs a secret token")
+        self.settings = settings
+        # Updates are handled concurrently: the gateway keeps each chat in order itself,
+        # and one chat's slow command must not hold up every other chat.
+        builder = ApplicationBuilder().token(settings.token).concurrent_updates(True)
+        if settings.base_url:
+            builder = builder.base_url(settings.base_url)
+        if settings.base_file_url:
+            builder = builder.base_file_url(settings.base_file_url)
+        self.app: Application = builder.build()
+        self.app.add_handler(MessageHandler(
+            filters.UpdateType.MESSAGE | filters.UpdateType.EDITED_MESSAGE, self._on_update))
+        self.app.add_error_handler(self._on_error)
+        self.admins = AdminCache(self._member_status)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def initialize(self) -> None:
+        await self.app.initialize()  # getMe: a wrong token fails here
+        self.bot_username = self.app.bot.username
+
+    async def start(self) -> None:
+        updater = self.app.updater
+        assert updater is not None
+        s = self.settings
+        if s.mode == "webhook":
+            await updater.start_webhook(
+                listen=s.listen, port=s.port, url_path=_path_of(s.webhook_url),
+                webhook_url=s.webhook_url, secret_token=s.secret_token,
+                allowed_updates=ALLOWED_UPDATES)
+        else:
+            await updater.start_polling(timeout=dtm.timedelta(seconds=s.poll_timeout_s),
+                                        allowed_updates=ALLOWED_UPDATES)
+        await self.app.start()
+
+    async def stop(self) -> None:
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+        if self.app.running:
+            await self.app.stop()
+
+    async def shutdown(self) -> None:
+        await self.app.shutdown()
+
+    async def register_commands(self, commands: list[tuple[str, str]]) -> None:
+        await self.app.bot.set_my_commands([BotCommand(name, what[:256])
+                                            for name, what in commands])
+
+    # --- inbound ------------------------------------------------------------------------
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.edited_message or update.message
+        if message is None:
+            return
+        msg = await to_inbound(message, self.app.bot.bot, edited=update.edited_message is not None,
+                               require_mention=self.settings.require_mention,
+                               admins=self.admins)
+        if msg is not None:
+            await self.handler(msg)
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram: handling an update failed: %s", context.error,
+                  exc_info=context.error)
+
+    async def _member_status(self, chat_id: int, user_id: int) -> str:
+        member = await self.app.bot.get_chat_member(chat_id, user_id)
+        return str(member.status)
+
+    # --- outbound -----------------------------------------------------------------------
+    def render(self, text: str) -> list[Chunk]:
+        return fmt.render(text)
+
+    async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str:
+        try:
+            return await self._send(chat, chunk, reply_to)
+        except BadRequest as exc:
+            if chunk.entities and "can't parse entities" in str(exc).lower():
+                # Telegram disagrees with our formatting: the same words, unformatted.
+                log.warning("telegram: %s rejected a chunk's formatting (%s); sending it as "
+                            "plain text", chat.key, exc)
+                return await self._guarded(chat, fmt.plain(chunk), reply_to)
+            raise Undeliverable(f"telegram: {exc}") from exc
+
+    async def _guarded(self, chat: ChatRef, chunk: Chunk, reply_to: str | None) -> str:
+        try:
+            return await self._send(chat, chunk, reply_to)
+        except BadRequest as exc:
+            raise Undeliverable(f"telegram: {exc}") from exc
+
+    async def _send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None) -> str:
+        entities = [MessageEntity.de_json(dict(e), None) for e in chunk.entities]
+        reply = (ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
+                 if reply_to else None)
+        with _errors_as_kinds():
+            sent = await self.app.bot.send_message(
+                chat_id=int(chat.chat_id), text=chunk.text, entities=entities or None,
+                reply_parameters=reply, message_thread_id=_thread(chat))
+        return str(sent.message_id)
+
+    async def typing(self, chat: ChatRef) -> None:
+        with _errors_as_kinds():
+            await self.app.bot.send_chat_action(chat_id=int(chat.chat_id),
+                                                action=ChatAction.TYPING,
+                                                message_thread_id=_thread(chat))
+
+
+class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a phrase
+    """PTB's errors as the gateway's send error kinds (BadRequest passes through)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or isinstance(exc, BadRequest):
+            return False
+        if isinstance(exc, RetryAfter):
+            raise RateLimited(_seconds(exc), "telegram flood control") from exc
+        if isinstance(exc, Forbidden):
+            raise Undeliverable(f"telegram: {exc}") from exc
+        if isinstance(exc, NetworkError):
+            raise PlatformDown(f"telegram: {exc}") from exc
+        if isinstance(exc, TelegramError):
+            raise PlatformDown(f"telegram: {exc}") from exc
+        return False
+
+
+def _seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB deprecates the int form; we take either
+        value = exc.retry_after
+    return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
+
+
+def _thread(chat: ChatRef) -> int | None:
+    return int(chat.thread_id) if chat.thread_id else None
+
+
+def _path_of(url: str | None) -> str:
+    """The path part of the public webhook URL: the local server listens on the same one."""
+    if not url:
+        return ""
+    after_host = url.split("://", 1)[-1].partition("/")[2]
+    return after_host.split("?", 1)[0]

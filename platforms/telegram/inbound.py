@@ -1,0 +1,116 @@
+"""From a Telegram update to an InboundMessage: thread, gating, attachments, admins."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from telegram import Message, MessageEntity, User
+from telegram.constants import ChatMemberStatus, ChatType
+
+from platforms.base import InboundMessage
+
+log = logging.getLogger(__name__)
+
+ADMIN_TTL_S = 300.0  # a group administrator stays one (or not) in our eyes for 5 minutes
+GROUP_TYPES = (ChatType.GROUP, ChatType.SUPERGROUP)
+# What a message may carry that we cannot read yet, by the attribute PTB gives it.
+UNREADABLE = ("sticker", "voice", "video_note", "audio", "video", "animation", "document",
+              "photo", "location", "contact", "poll", "dice")
+_ADMIN_STATUSES = (ChatMemberStatus.ADMINISTRATOR, ChatMemberStatus.OWNER)
+
+
+class AdminCache:
+    """Who administers which group, asked of Telegram (getChatMember) and kept a while.
+
+    A lookup that fails counts as "not an admin" (and is logged): a network hiccup must
+    never grant rights.
+    """
+
+    def __init__(self, lookup: Callable[[int, int], Awaitable[str]],
+                 ttl_s: float = ADMIN_TTL_S, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self._lookup = lookup
+        self._ttl = ttl_s
+        self._clock = clock
+        self._known: dict[tuple[int, int], tuple[bool, float]] = {}
+
+    async def is_admin(self, chat_id: int, user_id: int) -> bool:
+        key = (chat_id, user_id)
+        cached = self._known.get(key)
+        now = self._clock()
+        if cached is not None and now - cached[1] < self._ttl:
+            return cached[0]
+        try:
+            admin = await self._lookup(chat_id, user_id) in _ADMIN_STATUSES
+        except Exception as exc:
+            log.warning("telegram: cannot tell whether %s administers %s (%s); treating as "
+                        "not an admin", user_id, chat_id, exc)
+            return False  # not cached: the next command asks again
+        self._known[key] = (admin, now)
+        return admin
+
+
+def thread_of(message: Message) -> str | None:
+    """The session-defining thread: a forum topic, or a thread in a private chat.
+
+    Replies in an ordinary supergroup also carry a thread id (the reply chain); those are
+    not sessions of their own.
+    """
+    thread = message.message_thread_id
+    if thread is None:
+        return None
+    if message.is_topic_message or message.chat.type == ChatType.PRIVATE:
+        return str(thread)
+    return None
+
+
+def addressed(message: Message, bot: User, *, require_mention: bool) -> tuple[bool, bool]:
+    """(addressed to us, a reply to one of ours) for a group message."""
+    reply = message.reply_to_message
+    reply_to_bot = bool(reply and reply.from_user and reply.from_user.id == bot.id)
+    if not require_mention:
+        return True, reply_to_bot
+    name = (bot.username or "").lower()
+    entities = message.parse_entities() or message.parse_caption_entities()
+    for entity, text in entities.items():
+        if entity.type == MessageEntity.MENTION and text.lower() == f"@{name}":
+            return True, reply_to_bot
+        if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == bot.id:
+            return True, reply_to_bot
+        if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
+            target = text.partition("@")[2].lower()
+            if not target or target == name:  # a bare /cmd is for every bot in the group
+                return True, reply_to_bot
+    return False, reply_to_bot
+
+
+def unreadable_kinds(message: Message) -> tuple[str, ...]:
+    """Attachments we cannot read yet; a photo with a caption is read as its caption."""
+    kinds = [kind for kind in UNREADABLE if getattr(message, kind, None)]
+    if message.caption and kinds == ["photo"]:
+        return ()
+    return tuple(kinds)
+
+
+async def to_inbound(message: Message, bot: User, *, edited: bool, require_mention: bool,
+                     admins: AdminCache) -> InboundMessage | None:
+    """The message as the gateway sees it; None for what carries nothing to answer."""
+    user = message.from_user
+    if user is None:  # channel posts and service messages
+        return None
+    chat = message.chat
+    group = chat.type in GROUP_TYPES
+    text = message.text or message.caption or ""
+    to_us, reply_to_bot = addressed(message, bot, require_mention=require_mention) \
+        if group else (True, False)
+    admin_hint = False
+    if group and to_us and text.startswith("/"):  # only a command needs the lookup
+        admin_hint = await admins.is_admin(chat.id, user.id)
+    return InboundMessage(
+        platform="telegram", chat_id=str(chat.id), user_id=str(user.id),
+        message_id=str(message.message_id), text=text, thread_id=thread_of(message),
+        user_name=user.full_name, is_group=group, addressed_to_bot=to_us,
+        is_admin_hint=admin_hint, reply_to_bot=reply_to_bot, is_bot=user.is_bot,
+        is_edit=edited, attachments=unreadable_kinds(message))
