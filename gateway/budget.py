@@ -27,6 +27,7 @@ class SendBudget:
         self._group_sent: dict[str, deque[float]] = {}  # group chat -> sends in the last minute
         self._bot_sent: deque[float] = deque()  # every call in the last second
         self._waiting: dict[str, int] = {}  # chat -> sends waiting for their turn
+        self._turns: dict[str, asyncio.Lock] = {}  # chat -> the queue of those sends
 
     def pause(self, chat_key: str, seconds: float) -> None:
         """The platform said "retry after": nothing goes to this chat before then."""
@@ -36,17 +37,21 @@ class SendBudget:
     async def wait_turn(self, chat_key: str, *, group: bool) -> None:
         """Wait until a message may go to this chat, and book the slot."""
         self._waiting[chat_key] = self._waiting.get(chat_key, 0) + 1
+        lock = self._turns.setdefault(chat_key, asyncio.Lock())
         try:
-            while True:
-                delay = self._delay(chat_key, group)
-                if delay <= 0:
-                    break
-                await asyncio.sleep(delay)
-            self._book(chat_key, group)
+            async with lock:  # first come, first served: a chat's messages keep their order
+                while True:
+                    delay = self._delay(chat_key, group)
+                    if delay <= 0:
+                        break
+                    await asyncio.sleep(delay)
+                self._book(chat_key, group)
         finally:
             self._waiting[chat_key] -= 1
             if not self._waiting[chat_key]:
                 del self._waiting[chat_key]
+                if not lock.locked():
+                    self._turns.pop(chat_key, None)
 
     def typing_allowed(self, chat_key: str, *, group: bool) -> bool:
         """Typing is dropped first: only for an idle chat whose next send could go now."""

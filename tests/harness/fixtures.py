@@ -10,6 +10,7 @@ import pytest
 
 from tests.harness.fake_anthropic import FakeAnthropic
 from tests.harness.fake_openai import FakeOpenAI
+from tests.harness.fake_telegram import FakeTelegram
 
 T = TypeVar("T")
 
@@ -24,6 +25,16 @@ def free_port() -> int:
 @pytest.fixture
 async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     server = FakeOpenAI()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    server = FakeTelegram()
     await server.start()
     try:
         yield server
