@@ -154,7 +154,7 @@ async def test_a_plugin_engine_from_the_data_dir_is_used_when_config_names_it(tm
 async def test_run_with_only_an_unavailable_platform_says_so(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("platforms:\n  console: {enabled: false}\n"
-                    "  telegram: {enabled: true, token: '123456:ABCdefGHIjklMNOpqrSTUvwxYZ1234567'}\n")
+                    "  discord: {enabled: true, token: 'MTIzNDU2Nzg5MDEyMzQ1Njc4.Gx1y2z.ABCdefGHIjklMNOpqrSTUvwxYZ123456'}\n")
     ran = await threadline("run", "--config", str(path), home=tmp_path, timeout=60)
     assert ran.code == 1
     assert "not available in this version" in ran.err
