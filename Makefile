@@ -33,6 +33,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/compress.py
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/telegram.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
