@@ -81,16 +81,31 @@ async def test_compress_in_a_group_needs_an_admin(tmp_path, fake_openai, fake_te
     fake_telegram.admins[GROUP].add(OWNER)  # a chat administrator, known to Telegram only
     ups = fake_telegram.updates
     async with telegram_gateway(config):
+        fake_telegram.push(ups.group_text("@threadline_bot remember the plan", GROUP, USER))
+        await fake_telegram.wait_for_messages(GROUP, 1)
         fake_telegram.push(ups.group_text("/compress@threadline_bot", GROUP, USER))
-        [refusal] = await fake_telegram.wait_for_messages(GROUP, 1)
-        assert model_calls(fake_openai) == 0
+        await fake_telegram.wait_for_messages(GROUP, 2)
         fake_telegram.push(ups.group_text("/compress@threadline_bot", GROUP, ADMIN))
         fake_telegram.push(ups.group_text("/compress@threadline_bot", GROUP, OWNER))
-        replies = await fake_telegram.wait_for_messages(GROUP, 3)
-    assert refusal.text == "/compress is admin-only here."
-    assert [r.text for r in replies[1:]] == [
-        "There is no conversation here yet, so nothing to compress."] * 2 \
-        or all(r.text.startswith("Nothing to compress yet") for r in replies[1:])
+        replies = await fake_telegram.wait_for_messages(GROUP, 4)
+    assert replies[1].text == "/compress is admin-only here."
+    assert all(r.text.startswith("Nothing to compress yet") for r in replies[2:]), replies
+    assert model_calls(fake_openai) == 1  # the refusal (and the short chat) asked no model
+
+
+async def test_a_failed_admin_lookup_counts_as_not_an_admin(tmp_path, fake_openai,
+                                                            fake_telegram, caplog):
+    config = telegram_config(tmp_path, fake_telegram, fake_openai.base_url)
+    fake_telegram.admins[GROUP].add(OWNER)
+    fake_telegram.fail_chat_member_next(500)
+    async with telegram_gateway(config):
+        fake_telegram.push(fake_telegram.updates.group_text("/new@threadline_bot", GROUP, OWNER))
+        [refusal] = await fake_telegram.wait_for_messages(GROUP, 1)
+        fake_telegram.push(fake_telegram.updates.group_text("/new@threadline_bot", GROUP, OWNER))
+        replies = await fake_telegram.wait_for_messages(GROUP, 2)
+    assert refusal.text == "/new is admin-only here."
+    assert "treating as not an admin" in caplog.text
+    assert replies[1].text.startswith("Started a fresh conversation")  # asked again, not cached
 
 
 async def test_unreadable_content_gets_a_short_answer_and_a_caption_is_read(
