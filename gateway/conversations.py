@@ -79,6 +79,7 @@ def compaction_record(compacted: Compacted, state: dict[str, Any]) -> Compaction
 
 
 MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
+NO_TEXT = "(the model returned no text)"
 
 
 class Conversations:
@@ -190,7 +191,7 @@ class Conversations:
             return Committed(prepared.notices, (), (failure,))
         result = prepared.result
         assert result is not None
-        chunks = render(result.reply or "(the model returned no text)")
+        chunks = render(result.reply if result.reply.strip() else NO_TEXT)
         await self._persist_turn(prepared, result,
                                  tuple(OutChunk(c.text, c.entities) for c in chunks))
         last = prepared.inbound_ids[-1]

@@ -134,10 +134,8 @@ class ChatWorker:
 
     async def _deliver(self, chat: ChatRef, records: list[InboundRecord],
                        reply: Sequence[Delivery]) -> None:
-        """Send a stored reply; its messages count as answered once all of it is out."""
-        if await self.outbound.deliver(chat, reply, records[-1].message_id):
-            await self.store.finish_inbound([r.id for r in records], "answered")
-        else:
+        """Send a stored reply; the store marks its messages answered with the last chunk."""
+        if not await self.outbound.deliver(chat, reply, records[-1].message_id):
             log.warning("chat %s: part of a reply could not be sent; the rest goes out after "
                         "a restart", chat.key)
 

@@ -142,7 +142,9 @@ class SessionStore(ABC):
     @abstractmethod
     async def mark_delivered(self, inbound_id: int, chunk: int,
                              platform_message_id: str | None, *, failed: bool = False) -> None:
-        """The platform took this chunk (or refused it for good): it is never sent again."""
+        """The platform took this chunk (or refused it for good): it is never sent again.
+
+        With the reply's last chunk the inbound messages it answers become answered."""
 
     @abstractmethod
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:

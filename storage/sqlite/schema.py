@@ -149,6 +149,15 @@ _V4_DELIVERIES = (
         PRIMARY KEY (inbound_id, chunk)
     )""",
     "CREATE INDEX deliveries_by_reply ON deliveries(reply_row_id)",
+    # The last chunk out finishes the messages it answers, in the same statement: a reply
+    # is "answered" exactly when the platform has all of it.
+    """CREATE TRIGGER delivery_complete AFTER UPDATE OF status ON deliveries
+        WHEN new.status <> 'pending' AND NOT EXISTS (SELECT 1 FROM deliveries AS d
+            WHERE d.inbound_id = new.inbound_id AND d.status = 'pending')
+        BEGIN
+            UPDATE inbound SET status = 'answered' WHERE reply_row_id = new.reply_row_id
+                AND status IN ('pending', 'taken');
+        END""",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,

@@ -12,7 +12,7 @@ import aiosqlite
 import pytest
 
 from storage.errors import ContinuationConflict, StoreError
-from storage.models import Compaction, NewMessage, TurnRecord, UsageRecord
+from storage.models import Compaction, NewMessage, OutChunk, TurnRecord, UsageRecord
 from storage.sqlite import SqliteSessionStore, schema
 
 
@@ -324,3 +324,25 @@ async def test_finish_inbound_closes_rows_that_never_became_a_turn(
     assert await store.open_inbound() == []
     with pytest.raises(StoreError, match="answered or failed"):
         await store.finish_inbound([command.id], "pending")
+
+
+async def test_a_reply_counts_as_answered_when_its_last_chunk_is_out(
+        store: SqliteSessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    one, two = await _ingest(store, "1", "first"), await _ingest(store, "2", "second")
+    await store.take_inbound([one.id, two.id], session.id,
+                             [msg("user", "first"), msg("user", "second")])
+    await store.record_turn(session.id, TurnRecord(
+        after=(msg("assistant", "part one part two"),), replied=(one.id, two.id),
+        delivery=(OutChunk("part one"), OutChunk("part two"))))
+    chunks = await store.deliveries(two.id)
+    assert [(c.chunk, c.text, c.status) for c in chunks] == [
+        (0, "part one", "pending"), (1, "part two", "pending")]
+    await store.mark_delivered(two.id, 0, "m-1")
+    assert {r.status for r in await store.inbound([one.id, two.id])} == {"taken"}
+    await store.mark_delivered(two.id, 1, "m-2")
+    await store.mark_delivered(two.id, 1, "m-3")  # a second mark changes nothing
+    assert {r.status for r in await store.inbound([one.id, two.id])} == {"answered"}
+    assert [(c.status, c.platform_message_id) for c in await store.deliveries(two.id)] == [
+        ("sent", "m-1"), ("sent", "m-2")]
+    assert [h.answered for h in await store.load_history(session.id)] == [True, True, None]
