@@ -36,11 +36,6 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
-def message_text(message: Message) -> str:
-    """The text of one message's content."""
-    return content_text(message.get("content"))
-
-
 def public_keys(value: dict[str, Any]) -> dict[str, Any]:
     """The dict without our bookkeeping keys ("_..."), which strict APIs reject as unknown."""
     return {k: v for k, v in value.items() if not str(k).startswith("_")}

@@ -8,6 +8,7 @@ nothing cancels: a stop either wins before the write, or loses and the reply arr
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
@@ -68,7 +69,7 @@ class ChatWorker:
             reply = f"/{command.name} is admin-only here."
         else:
             call = CommandCall(msg, args, self.conversations, self.store, self.auth,
-                               self.commands, chat, self._stoppable_in(own))
+                               self.commands, chat, functools.partial(self._stoppable, own))
             try:
                 reply = await command.run(call)
             except Exception:
@@ -77,15 +78,14 @@ class ChatWorker:
         await self.store.finish_inbound([record.id], "answered")
         await self.outbound.answer(msg.chat, reply, msg.message_id)
 
-    def _stoppable_in(self, running: Running | None):  # noqa: ANN202 - a closure
-        async def stoppable(work: Awaitable[T]) -> T:
-            if running is None:
-                return await work
-            result = await self._until_stopped(running, work)
-            if result is None and running.stop_reason:
-                raise Stopped
-            return result  # type: ignore[return-value]
-        return stoppable
+    async def _stoppable(self, running: Running | None, work: Awaitable[T]) -> T:
+        """A serial command's model work, cancellable by /stop (then Stopped is raised)."""
+        if running is None:
+            return await work
+        result = await self._until_stopped(running, work)
+        if result is None and running.stop_reason:
+            raise Stopped
+        return result  # type: ignore[return-value]
 
     async def _command(self, running: Running, job: CommandJob) -> None:
         await self.run_command(job.msg, job.record, job.name, job.args, chat=running,
