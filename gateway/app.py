@@ -80,17 +80,26 @@ class Gateway:
     async def _bring_up(self, adapter: PlatformAdapter) -> bool:
         try:
             await adapter.initialize()
+            await self._register_commands(adapter)
             await adapter.start()
         except Exception as exc:
             log.error("%s: cannot connect: %s", adapter.name, plain_error(exc))
             return False
         self._started.append(adapter)
-        try:
-            await adapter.register_commands(self.commands.menu())
-        except Exception as exc:  # a command menu is a nicety, not a reason to stop
-            log.warning("%s: registering commands failed: %s", adapter.name, plain_error(exc))
         await self._recover(adapter.name)
         return True
+
+    async def _register_commands(self, adapter: PlatformAdapter) -> None:
+        """The platform's command menu, before messages flow (so a slash command is known
+        the moment it can arrive); what was registered is kept for the next start."""
+        key = f"commands:{adapter.name}"
+        try:
+            kept = await adapter.register_commands(self.commands.menu(),
+                                                   await self.store.get_setting(key))
+            if kept is not None:
+                await self.store.put_setting(key, kept)
+        except Exception as exc:  # a command menu is a nicety, not a reason to stop
+            log.warning("%s: registering commands failed: %s", adapter.name, plain_error(exc))
 
     async def _keep_connecting(self, adapter: PlatformAdapter) -> None:
         for delay in CONNECT_RETRIES_S:
@@ -145,7 +154,7 @@ class Gateway:
         if not self.auth.is_allowed(msg):
             refusal = self.auth.refusal(msg)
             if refusal:
-                await self.outbound.send(msg.chat, refusal, msg.message_id)
+                await self.outbound.send(msg.chat, refusal, msg.message_id, private=True)
             return await self.outbound.delivered(msg.chat, (msg.message_id,))
         if msg.is_edit:
             return await self._edit(msg)

@@ -41,6 +41,13 @@ def parse_command(text: str) -> Invocation | None:
     return Invocation(match.group(1).lower(), (match.group(3) or "").strip(), match.group(2))
 
 
+class Refusal(str):
+    """A command's answer that refuses the asker: said to them alone where the platform
+    can (an ephemeral Discord reply), like any other answer elsewhere."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class CommandCall:
     """What a handler gets: the message, its arguments, and the gateway's parts."""
@@ -179,7 +186,7 @@ async def _stop(call: CommandCall) -> str:
     if running is None:
         return "Nothing to stop."
     if msg.is_group and not (call.auth.is_admin(msg) or msg.user_id in running.senders()):
-        return "Only an admin or the person who asked can /stop this here."
+        return Refusal("Only an admin or the person who asked can /stop this here.")
     if running.stop("stop"):
         return "Stopping."
     if running.stoppable is not None:

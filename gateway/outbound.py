@@ -9,6 +9,7 @@ docs/architecture.md, "Sending").
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,9 +55,14 @@ class Outbound:
         return adapter.render(text) if adapter else [Chunk(text)]
 
     # --- saying things ------------------------------------------------------------------
-    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None) -> bool:
-        """Render and send; False (logged) when the platform did not take all of it."""
+    async def send(self, chat: ChatRef, text: str, reply_to: str | None = None, *,
+                   private: bool = False) -> bool:
+        """Render and send; False (logged) when the platform did not take all of it.
+
+        `private`: meant for the asker alone, where the platform can (see Chunk)."""
         for chunk in self.render(chat, text):
+            if private:
+                chunk = dataclasses.replace(chunk, private=True)
             if await self._send_chunk(chat, chunk, reply_to) is False:
                 return False
             reply_to = None
@@ -66,9 +72,10 @@ class Outbound:
         for item in outgoing:
             await self.send(chat, item.text, item.reply_to)
 
-    async def answer(self, chat: ChatRef, text: str, message_id: str) -> bool:
+    async def answer(self, chat: ChatRef, text: str, message_id: str, *,
+                     private: bool = False) -> bool:
         """One reply to one inbound message, then "delivered" for it."""
-        sent = await self.send(chat, text, message_id)
+        sent = await self.send(chat, text, message_id, private=private)
         await self.delivered(chat, (message_id,))
         return sent
 

@@ -23,6 +23,7 @@ from storage.base import SessionStore
 from storage.sqlite import SqliteSessionStore
 
 if TYPE_CHECKING:
+    from platforms.discord.adapter import DiscordSettings
     from platforms.telegram.adapter import TelegramSettings
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,16 @@ def telegram_settings(config: Config) -> TelegramSettings:
         secret_token=tg.webhook.secret_token, require_mention=tg.require_mention)
 
 
+def discord_settings(config: Config) -> DiscordSettings:
+    from platforms.discord.adapter import DiscordSettings  # discord.py loads only when used
+
+    dc = config.platforms.discord
+    assert dc.token is not None  # validated: an enabled Discord has a token
+    return DiscordSettings(token=dc.token, api_base=dc.api_base, gateway_url=dc.gateway_url,
+                           require_mention=dc.require_mention,
+                           guild_ready_timeout=dc.guild_ready_timeout)
+
+
 def platform_factories(config: Config, *, console: bool,
                        console_chat: str = "local") -> list[PlatformFactory]:
     """The platforms to connect: the console when asked, and every enabled remote one."""
@@ -104,7 +115,9 @@ def platform_factories(config: Config, *, console: bool,
         factories.append(functools.partial(TelegramAdapter,
                                            settings=telegram_settings(config)))
     if config.platforms.discord.enabled:
-        log.error("platform discord is enabled but not available in this version; skipping")
+        from platforms.discord.adapter import DiscordAdapter
+
+        factories.append(functools.partial(DiscordAdapter, settings=discord_settings(config)))
     return factories
 
 

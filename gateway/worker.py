@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from gateway.auth import Authorizer
-from gateway.commands import CommandCall, CommandTable
+from gateway.commands import CommandCall, CommandTable, Refusal
 from gateway.conversations import Conversations
 from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
 from gateway.outbound import Outbound
@@ -63,10 +63,11 @@ class ChatWorker:
         may cancel.
         """
         command = self.commands.find(name)
+        reply: str
         if command is None:
-            reply = f"Unknown command /{name}. {self.commands.help_text()}"
+            reply = Refusal(f"Unknown command /{name}. {self.commands.help_text()}")
         elif command.access == "manage" and not self.auth.may_manage(msg):
-            reply = f"/{command.name} is admin-only here."
+            reply = Refusal(f"/{command.name} is admin-only here.")
         else:
             call = CommandCall(msg, args, self.conversations, self.store, self.auth,
                                self.commands, chat, functools.partial(self._stoppable, own))
@@ -76,7 +77,8 @@ class ChatWorker:
                 log.exception("/%s failed in %s", name, msg.chat_key)
                 reply = GENERIC_FAILURE
         await self.store.finish_inbound([record.id], "answered")
-        await self.outbound.answer(msg.chat, reply, msg.message_id)
+        await self.outbound.answer(msg.chat, reply, msg.message_id,
+                                   private=isinstance(reply, Refusal))
 
     async def _stoppable(self, running: Running | None, work: Awaitable[T]) -> T:
         """A serial command's model work, cancellable by /stop (then Stopped is raised)."""

@@ -60,6 +60,9 @@ class Chunk:
 
     text: str
     entities: tuple[dict[str, Any], ...] = ()
+    # Meant for the asker alone (a refusal): a platform that can say things privately, such
+    # as a Discord slash-command answer, does; the others send it as usual.
+    private: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,16 @@ class PlatformAdapter(ABC):
     async def typing(self, chat: ChatRef) -> None:  # noqa: B027 - optional
         """Show a typing indicator where the platform has one."""
 
-    async def register_commands(self, commands: list[tuple[str, str]]) -> None:  # noqa: B027
-        """Startup work such as setMyCommands or slash-command sync."""
+    async def register_commands(self, commands: list[tuple[str, str]],
+                                registered: str | None = None) -> str | None:
+        """Startup work such as setMyCommands or slash-command sync, before `start()`.
+
+        `registered` is what this method returned the last time it ran (kept in the
+        store): an adapter whose registration is costly compares it with the fingerprint
+        of `commands` and skips the platform call when they match. The return value is
+        kept for next time; None keeps nothing.
+        """
+        return None
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:  # noqa: B027
         """Everything the gateway will say about these inbound messages has been sent."""

@@ -150,6 +150,15 @@ class SessionStore(ABC):
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
         """Which of these stored replies still have chunks waiting to be sent."""
 
+    # --- settings ----------------------------------------------------------------------
+    @abstractmethod
+    async def get_setting(self, key: str) -> str | None:
+        """A value the gateway kept between runs, or None."""
+
+    @abstractmethod
+    async def put_setting(self, key: str, value: str) -> None:
+        """Keep (or replace) a value between runs."""
+
     # --- usage -----------------------------------------------------------------------
     @abstractmethod
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None: ...

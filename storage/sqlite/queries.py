@@ -327,3 +327,9 @@ async def insert_delivery(db: aiosqlite.Connection, inbound_id: int, reply: Stor
         " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)))
          for i, c in enumerate(chunks)])
+
+
+GET_SETTING = "SELECT value FROM settings WHERE key = ?"
+PUT_SETTING = ("INSERT INTO settings(key, value, updated_at) VALUES (?, ?, ?) "
+               "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+               "updated_at = excluded.updated_at")

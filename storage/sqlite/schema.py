@@ -160,8 +160,18 @@ _V4_DELIVERIES = (
         END""",
 )
 
+# Small facts the gateway keeps between runs, such as the fingerprint of the command set a
+# platform last registered (so a restart with the same commands registers nothing).
+_V5_SETTINGS = (
+    """CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
-                                           _V4_DELIVERIES)
+                                           _V4_DELIVERIES, _V5_SETTINGS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

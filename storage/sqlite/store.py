@@ -301,6 +301,14 @@ class SqliteSessionStore(SessionStore):
         row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params))
         return rows.usage_totals(row)
 
+    # --- settings --------------------------------------------------------------------
+    async def get_setting(self, key: str) -> str | None:
+        row = await self._read(lambda db: q.fetch_one(db, q.GET_SETTING, (key,)))
+        return None if row is None else str(row[0])
+
+    async def put_setting(self, key: str, value: str) -> None:
+        await self._write_statement(q.PUT_SETTING, (key, value, time.time()))
+
     # --- transactions ----------------------------------------------------------------
     async def _read(self, work: Work[T]) -> T:
         async with self._lock:

@@ -41,8 +41,10 @@ class _RecordingAdapter(PlatformAdapter):
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         await self.recorder.record_delivered(message_ids)
 
-    async def register_commands(self, commands: list[tuple[str, str]]) -> None:
+    async def register_commands(self, commands: list[tuple[str, str]],
+                                registered: str | None = None) -> str | None:
         self.recorder.menu = list(commands)
+        return None
 
 
 class RecordingPlatform:

@@ -346,3 +346,16 @@ async def test_a_reply_counts_as_answered_when_its_last_chunk_is_out(
     assert [(c.status, c.platform_message_id) for c in await store.deliveries(two.id)] == [
         ("sent", "m-1"), ("sent", "m-2")]
     assert [h.answered for h in await store.load_history(session.id)] == [True, True, None]
+
+
+# --- settings kept between runs ----------------------------------------------------------
+async def test_a_setting_is_kept_replaced_and_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "threadline.db"
+    async with SqliteSessionStore(path) as store:
+        assert await store.get_setting("commands:discord") is None
+        await store.put_setting("commands:discord", "abc")
+        await store.put_setting("commands:discord", "def")
+        await store.put_setting("other", "x")
+    async with SqliteSessionStore(path) as store:
+        assert await store.get_setting("commands:discord") == "def"
+        assert await store.get_setting("other") == "x"
