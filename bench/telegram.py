@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
@@ -25,41 +24,14 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from agent.agent import AgentSettings  # noqa: E402
-from agent.engines import resolve_engine_factory  # noqa: E402
-from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
-from agent.usage import CanonicalUsage  # noqa: E402
+from bench.instant import instant_gateway, summary  # noqa: E402
 from gateway.app import Gateway  # noqa: E402
-from gateway.auth import Authorizer  # noqa: E402
-from gateway.config import load_config  # noqa: E402
-from gateway.conversations import Conversations  # noqa: E402
 from platforms.base import SendLimits  # noqa: E402
 from platforms.telegram.adapter import TelegramAdapter, TelegramSettings  # noqa: E402
-from storage.sqlite import SqliteSessionStore  # noqa: E402
 from tests.harness.fake_telegram import FakeTelegram  # noqa: E402
 
 
-class InstantProvider(Provider):
-    kind = "openai"
-
-    async def complete(self, messages: list[dict[str, Any]], **kw: Any) -> Completion:
-        text = "ok: " + str(messages[-1].get("content", ""))[:40]
-        return Completion({"role": "assistant", "content": text},
-                          CanonicalUsage(input_tokens=100, output_tokens=4), self.model)
-
-
 async def build(tmp: Path, fake: FakeTelegram, paced: bool) -> Gateway:
-    cfg = tmp / "config.yaml"
-    cfg.write_text(f"storage: {{path: {tmp / 'bench.db'}}}\n"
-                   "gateway: {open: true, coalesce_ms: 0}\n")
-    config = load_config(cfg)
-    store = SqliteSessionStore(config.db_path)
-    provider = InstantProvider(ProviderSettings(provider="openai", model="instant",
-                                                context_length=128_000))
-    conversations = Conversations(
-        store, provider=provider, summary_provider=None,
-        engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
-        system_prompt="You are a benchmark.", settings=AgentSettings(max_output_tokens=256))
     settings = TelegramSettings(token=fake.token, base_url=fake.base_url,
                                 base_file_url=fake.base_file_url, poll_timeout_s=1.0)
 
@@ -69,11 +41,7 @@ async def build(tmp: Path, fake: FakeTelegram, paced: bool) -> Gateway:
             adapter.limits = SendLimits()
         return adapter
 
-    gateway = Gateway(store, conversations, [telegram], auth=Authorizer(config),
-                      coalesce_ms=0)
-    await gateway.initialize()
-    await gateway.start()
-    return gateway
+    return await instant_gateway(tmp, telegram)
 
 
 async def run(chats: int, per_chat: int, paced: bool) -> dict[str, float]:
@@ -96,10 +64,7 @@ async def run(chats: int, per_chat: int, paced: bool) -> dict[str, float]:
         await gateway.stop(drain_timeout=10)
         await gateway.shutdown()
     await fake.stop()
-    latencies.sort()
-    return {"messages": len(latencies), "per_s": len(latencies) / elapsed,
-            "p50_ms": statistics.median(latencies) * 1000,
-            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000}
+    return summary(latencies, elapsed)
 
 
 async def main(per_chat: int) -> None:

@@ -2,36 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from platforms.text import split_message, utf16_len
-
-_REOPEN = re.compile(r"^```\S*\n")
-
-
-def fence_lines(chunk: str) -> int:
-    """Lines that open or close a code block (a fence starts its line)."""
-    return sum(1 for line in chunk.splitlines() if line.lstrip().startswith("```"))
-
-
-def rejoin(chunks: list[str]) -> str:
-    """Undo the fence lines the splitter added to close and reopen code blocks.
-
-    An added close takes the place of the line break the chunk ended with, so it is put
-    back as a line break (chunks cut mid-line inside code gain one: that is the only
-    liberty the splitter takes).
-    """
-    out = []
-    for i, chunk in enumerate(chunks):
-        if i > 0 and chunks[i - 1].endswith("\n```") and _REOPEN.match(chunk):
-            chunk = _REOPEN.sub("", chunk, count=1)
-        if i < len(chunks) - 1 and chunk.endswith("\n```") and _REOPEN.match(chunks[i + 1]):
-            chunk = chunk[: -len("```")]
-        out.append(chunk)
-    return "".join(out)
+from tests.harness.chunks import fence_lines, rejoin
 
 
 def test_a_long_code_block_is_closed_and_reopened_with_its_language() -> None:
