@@ -34,6 +34,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/compress.py
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/telegram.py
+	$(BIN)/python bench/discord.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -190,6 +190,8 @@ class DiscordAdapter(PlatformAdapter):
             await self._inbound(after, edited=True)
 
     async def _inbound(self, message: discord.Message, *, edited: bool) -> None:
+        if message.author.id == self._bot_id:
+            return  # our own messages come back to us over the gateway
         if not self._receiving:
             log.warning("discord: message %s in %s arrived while stopping; not answered",
                         message.id, message.channel.id)

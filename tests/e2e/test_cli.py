@@ -151,14 +151,36 @@ async def test_a_plugin_engine_from_the_data_dir_is_used_when_config_names_it(tm
     assert ran.code == 0 and ran.out.strip() == "echo: hi", ran.err
 
 
-async def test_run_with_only_an_unavailable_platform_says_so(tmp_path):
+async def test_run_with_an_unreachable_platform_says_so_and_keeps_trying(tmp_path):
+    import asyncio
+    import signal
+
+    from tests.harness.cli import THREADLINE, cli_env
+    from tests.harness.fixtures import free_port
+
+    port = free_port()  # nothing listens there
+    token = "MTIzNDU2Nzg5MDEyMzQ1Njc4.Gx1y2z.ABCdefGHIjklMNOpqrSTUvwxYZ123456"
     path = tmp_path / "config.yaml"
     path.write_text("platforms:\n  console: {enabled: false}\n"
-                    "  discord: {enabled: true, token: 'MTIzNDU2Nzg5MDEyMzQ1Njc4.Gx1y2z.ABCdefGHIjklMNOpqrSTUvwxYZ123456'}\n")
-    ran = await threadline("run", "--config", str(path), home=tmp_path, timeout=60)
-    assert ran.code == 1
-    assert "not available in this version" in ran.err
-    assert "ABCdefGHI" not in ran.err  # the token never reaches the output
+                    f"  discord: {{enabled: true, token: '{token}', "
+                    f"api_base: 'http://127.0.0.1:{port}/api/v10', "
+                    f"gateway_url: 'ws://127.0.0.1:{port}/gateway'}}\n")
+    proc = await asyncio.create_subprocess_exec(
+        THREADLINE, "run", "--config", str(path), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=str(tmp_path),
+        env=cli_env(tmp_path))
+    assert proc.stderr is not None
+    try:
+        line = await asyncio.wait_for(proc.stderr.readline(), 30)
+        while line and b"cannot connect" not in line:
+            line = await asyncio.wait_for(proc.stderr.readline(), 30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+    rest = (await proc.stderr.read()).decode()
+    assert b"discord: cannot connect" in line
+    assert proc.returncode == 0, rest
+    assert "ABCdefGHI" not in line.decode() + rest  # the token never reaches the output
 
 
 async def test_sigterm_lets_the_running_turn_finish_then_exits_cleanly(tmp_path, fake_openai):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
 from tests.harness.fake_anthropic import FakeAnthropic
+from tests.harness.fake_discord import FakeDiscord, patched_endpoints
 from tests.harness.fake_openai import FakeOpenAI
 from tests.harness.fake_telegram import FakeTelegram
 
@@ -40,6 +41,23 @@ async def fake_telegram() -> AsyncIterator[FakeTelegram]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def fake_discord() -> AsyncIterator[FakeDiscord]:
+    server = FakeDiscord()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def discord_endpoints(fake_discord: FakeDiscord) -> Iterator[FakeDiscord]:
+    """The running fake, with discord.py's REST base and gateway pointed at it."""
+    with patched_endpoints(fake_discord):
+        yield fake_discord
 
 
 @pytest.fixture

@@ -1,0 +1,335 @@
+"""Discord API objects for the fake Discord server, in the shapes discord.py 2.7 parses.
+
+Ids are snowflake strings (time-based, increasing, 19 digits, so discord.py's
+`<@id>` mention regex and `created_at` work). Errors are `ApiError`s with Discord's
+`{"message", "code", "errors"?}` body. Builders return fresh dicts; callers may mutate them.
+"""
+
+from __future__ import annotations
+
+import datetime as dtm
+import json
+import math
+import re
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from tests.harness.base import json_response
+
+BOT_ID = "1310000000000000001"
+APP_ID = "1310000000000000000"  # an older app: its id differs from the bot user's
+OWNER_ID = "1310000000000000050"
+DEFAULT_USER_ID = "1310000000000000100"
+BOT_NAME = "threadline"
+DISCORD_EPOCH_MS = 1420070400000
+MAX_CONTENT = 2000
+ATTACHMENT_LIMIT = 10 * 2**20
+
+# Permission bits (https://discord.com/developers/docs/topics/permissions).
+MANAGE_MESSAGES = 1 << 13
+MANAGE_THREADS = 1 << 34
+DEFAULT_PERMISSIONS = (
+    (1 << 0) | (1 << 6) | (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16)
+    | (1 << 18) | (1 << 26) | (1 << 31) | (1 << 35) | (1 << 36) | (1 << 38))
+BOT_PERMISSIONS = DEFAULT_PERMISSIONS | MANAGE_THREADS
+
+# Gateway intent bits.
+INTENT_GUILD_MEMBERS = 1 << 1
+INTENT_GUILD_PRESENCES = 1 << 8
+INTENT_GUILD_MESSAGES = 1 << 9
+INTENT_DM_MESSAGES = 1 << 12
+INTENT_MESSAGE_CONTENT = 1 << 15
+
+EPHEMERAL = 1 << 6
+LOADING = 1 << 7
+Files = list[tuple[str, int]]  # (file name, size) of multipart uploads
+
+
+class ApiError(Exception):
+    """A Discord error answer; raise it from a route handler."""
+
+    def __init__(self, status: int, code: int, message: str,
+                 errors: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.errors = status, code, message, errors
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": self.message, "code": self.code}
+        if self.errors is not None:
+            body["errors"] = self.errors
+        return body
+
+    def response(self) -> web.Response:
+        return json_response(self.body(), self.status)
+
+
+def unknown(what: str) -> ApiError:
+    """Discord's 404 for a missing object: "Unknown Channel" (10003) and friends."""
+    codes = {"Channel": 10003, "Message": 10008, "Webhook": 10015, "interaction": 10062,
+             "Application": 10002, "Guild": 10004}
+    return ApiError(404, codes[what], f"Unknown {what}")
+
+
+def form_error(path: Iterable[str], code: str, message: str) -> ApiError:
+    """400 "Invalid Form Body" (50035) with the error nested under `path`."""
+    errors: dict[str, Any] = {"_errors": [{"code": code, "message": message}]}
+    for key in reversed(list(path)):
+        errors = {key: errors}
+    return ApiError(400, 50035, "Invalid Form Body", errors)
+
+
+def check_message_body(body: dict[str, Any], *, prefix: tuple[str, ...] = (),
+                       has_files: bool = False) -> None:
+    """Discord's content rules: at most 2000 characters, and never an empty message."""
+    content = body.get("content") or ""
+    if not isinstance(content, str):
+        raise form_error((*prefix, "content"), "STRING_TYPE_CONVERT", "Could not interpret "
+                         f"\"{content}\" as string.")
+    if len(content) > MAX_CONTENT:
+        raise form_error((*prefix, "content"), "BASE_TYPE_MAX_LENGTH",
+                         f"Must be {MAX_CONTENT} or fewer in length.")
+    if not (content or has_files or body.get("embeds") or body.get("sticker_ids")
+            or body.get("components") or body.get("poll") or body.get("attachments")):
+        raise ApiError(400, 50006, "Cannot send an empty message")
+
+
+def check_command(command: dict[str, Any], index: str) -> None:
+    """A slash command's name (1-32 lower-case word characters) and description (1-100)."""
+    if command.get("type", 1) != 1:
+        return
+    name = command.get("name") or ""
+    if not re.fullmatch(r"[-_'\w]{1,32}", name) or name != name.lower():
+        raise form_error((index, "name"), "APPLICATION_COMMAND_INVALID_NAME",
+                         "Command name is invalid")
+    if not 1 <= len(command.get("description") or "") <= 100:
+        raise form_error((index, "description"), "BASE_TYPE_BAD_LENGTH",
+                         "Must be between 1 and 100 in length.")
+
+
+async def read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        raise ApiError(400, 50109, "The request body contains invalid JSON.") from None
+
+
+async def read_body(request: web.Request) -> tuple[dict[str, Any], Files]:
+    """A JSON body, or multipart's `payload_json` plus the uploaded files."""
+    if request.content_type == "multipart/form-data":
+        form = await request.post()  # cached: the base middleware read it already
+        files = []
+        for value in form.values():
+            if isinstance(value, web.FileField):
+                value.file.seek(0)
+                files.append((value.filename, len(value.file.read())))
+        return json.loads(str(form.get("payload_json") or "{}")), files
+    body = await read_json(request)
+    return (body if isinstance(body, dict) else {}), []
+
+
+class Snowflakes:
+    """Increasing snowflake ids from the current time (worker/process bits left zero)."""
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def next(self) -> str:
+        now = (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22
+        self._last = max(now, self._last + 1)
+        return str(self._last)
+
+
+def now_iso() -> str:
+    return dtm.datetime.now(dtm.UTC).isoformat()
+
+
+def user(user_id: str, name: str | None = None, *, bot: bool = False) -> dict[str, Any]:
+    name = name or f"user{user_id[-4:]}"
+    data: dict[str, Any] = {
+        "id": user_id, "username": name, "discriminator": "0",
+        "global_name": None if bot else name.title(), "avatar": None, "banner": None,
+        "accent_color": None, "public_flags": 0, "flags": 0,
+        "avatar_decoration_data": None, "primary_guild": None, "collectibles": None}
+    if bot:
+        data["bot"] = True
+    return data
+
+
+def bot_user() -> dict[str, Any]:
+    """The bot as `GET /users/@me` and READY describe it."""
+    return {**user(BOT_ID, BOT_NAME, bot=True), "verified": True, "mfa_enabled": False,
+            "locale": "en-US", "email": None}
+
+
+def member(user_data: dict[str, Any], role_ids: Iterable[str] = (), *,
+           nick: str | None = None, permissions: int | None = None,
+           with_user: bool = True) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "roles": list(role_ids), "nick": nick, "avatar": None, "banner": None,
+        "joined_at": now_iso(), "premium_since": None, "deaf": False, "mute": False,
+        "flags": 0, "pending": False, "communication_disabled_until": None}
+    if with_user:
+        data["user"] = user_data
+    if permissions is not None:
+        data["permissions"] = str(permissions)
+    return data
+
+
+def role(role_id: str, name: str, permissions: int, position: int = 0, *,
+         bot_id: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": role_id, "name": name, "color": 0,
+        "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+        "hoist": False, "icon": None, "unicode_emoji": None, "position": position,
+        "permissions": str(permissions), "managed": bot_id is not None,
+        "mentionable": False, "flags": 0}
+    if bot_id is not None:
+        data["tags"] = {"bot_id": bot_id}
+    return data
+
+
+def text_channel(channel_id: str, guild_id: str, name: str, position: int) -> dict[str, Any]:
+    return {"id": channel_id, "type": 0, "guild_id": guild_id, "name": name,
+            "position": position, "permission_overwrites": [], "parent_id": None,
+            "topic": None, "nsfw": False, "last_message_id": None, "rate_limit_per_user": 0,
+            "default_auto_archive_duration": 1440, "flags": 0}
+
+
+def thread(thread_id: str, guild_id: str, parent_id: str, owner_id: str,
+           name: str) -> dict[str, Any]:
+    created = now_iso()
+    return {"id": thread_id, "type": 11, "guild_id": guild_id, "parent_id": parent_id,
+            "owner_id": owner_id, "name": name, "last_message_id": None,
+            "rate_limit_per_user": 0, "message_count": 0, "member_count": 1,
+            "total_message_sent": 0, "flags": 0,
+            "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
+                                "archive_timestamp": created, "locked": False,
+                                "create_timestamp": created}}
+
+
+def dm_channel(channel_id: str, recipient: dict[str, Any]) -> dict[str, Any]:
+    return {"id": channel_id, "type": 1, "last_message_id": None, "flags": 0,
+            "recipients": [recipient]}
+
+
+def guild(guild_id: str, name: str, *, owner_id: str = OWNER_ID) -> dict[str, Any]:
+    """A guild without roles/channels/threads/members (GUILD_CREATE adds those)."""
+    return {
+        "id": guild_id, "name": name, "icon": None, "splash": None, "discovery_splash": None,
+        "banner": None, "description": None, "owner_id": owner_id, "afk_channel_id": None,
+        "afk_timeout": 300, "verification_level": 0, "default_message_notifications": 0,
+        "explicit_content_filter": 0, "features": [], "emojis": [], "stickers": [],
+        "mfa_level": 0, "application_id": None, "system_channel_id": None,
+        "system_channel_flags": 0, "rules_channel_id": None, "public_updates_channel_id": None,
+        "safety_alerts_channel_id": None, "vanity_url_code": None, "premium_tier": 0,
+        "premium_subscription_count": 0, "preferred_locale": "en-US", "nsfw_level": 0,
+        "premium_progress_bar_enabled": False, "max_members": 500000,
+        "max_video_channel_users": 25, "unavailable": False, "large": False,
+        "joined_at": now_iso(), "voice_states": [], "presences": [], "stage_instances": [],
+        "guild_scheduled_events": [], "soundboard_sounds": []}
+
+
+def message(message_id: str, channel_id: str, author: dict[str, Any], content: str, *,
+            flags: int = 0, mentions: list[dict[str, Any]] | None = None,
+            reference: dict[str, Any] | None = None, embeds: list[Any] | None = None,
+            attachments: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": message_id, "type": 19 if reference else 0, "channel_id": channel_id,
+        "author": author, "content": content, "timestamp": now_iso(),
+        "edited_timestamp": None, "tts": False, "mention_everyone": False,
+        "mentions": mentions or [], "mention_roles": [], "attachments": attachments or [],
+        "embeds": embeds or [], "components": [], "pinned": False, "flags": flags}
+    if reference is not None:
+        data["message_reference"] = reference
+    return data
+
+
+def attachment(attachment_id: str, channel_id: str, filename: str, size: int) -> dict[str, Any]:
+    url = f"https://cdn.discordapp.com/attachments/{channel_id}/{attachment_id}/{filename}"
+    return {"id": attachment_id, "filename": filename, "size": size, "url": url,
+            "proxy_url": url.replace("cdn.discordapp.com", "media.discordapp.net")}
+
+
+def application() -> dict[str, Any]:
+    """`GET /oauth2/applications/@me`: enough for discord.AppInfo, no interactions URL."""
+    return {
+        "id": APP_ID, "name": BOT_NAME, "description": "", "icon": None,
+        "summary": "", "type": None, "hook": True, "bot_public": True,
+        "bot_require_code_grant": False, "verify_key": "0" * 64, "flags": 1 << 19,
+        "owner": user(OWNER_ID, "owner"), "team": None, "bot": bot_user(),
+        "rpc_origins": [], "redirect_uris": [], "tags": [], "interactions_endpoint_url": None,
+        "role_connections_verification_url": None, "approximate_guild_count": 1,
+        "integration_types_config": {"0": {}}, "install_params": None}
+
+
+def app_command(body: dict[str, Any], command_id: str, version: str,
+                guild_id: str | None) -> dict[str, Any]:
+    """A command as Discord stores it after a sync."""
+    data = {"type": 1, "default_member_permissions": None, "nsfw": False,
+            "contexts": None, "integration_types": [0], "options": [], **body,
+            "id": command_id, "application_id": APP_ID, "version": version}
+    if guild_id is not None:
+        data["guild_id"] = guild_id
+    return data
+
+
+def command_options(options: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Interaction options: str → type 3, bool → 5, int → 4, float → 10."""
+    result = []
+    for name, value in (options or {}).items():
+        kind = (5 if isinstance(value, bool) else 4 if isinstance(value, int)
+                else 10 if isinstance(value, float) else 3)
+        result.append({"name": name, "type": kind, "value": value})
+    return result
+
+
+def interaction(interaction_id: str, token: str, command: dict[str, Any],
+                channel: dict[str, Any], *, user_data: dict[str, Any],
+                member_data: dict[str, Any] | None, app_permissions: int) -> dict[str, Any]:
+    """INTERACTION_CREATE for an application command: `member` in guilds, `user` in DMs."""
+    data: dict[str, Any] = {
+        "id": interaction_id, "application_id": APP_ID, "type": 2, "data": command,
+        "token": token, "version": 1, "channel": channel, "channel_id": channel["id"],
+        "app_permissions": str(app_permissions), "locale": "en-US", "entitlements": [],
+        "entitlement_sku_ids": [], "attachment_size_limit": ATTACHMENT_LIMIT}
+    guild_id = channel.get("guild_id")
+    if guild_id is None:  # a DM with the bot
+        return {**data, "user": user_data, "context": 1,
+                "authorizing_integration_owners": {"0": "0"}}
+    return {**data, "guild_id": guild_id, "member": member_data, "guild_locale": "en-US",
+            "guild": {"id": guild_id, "locale": "en-US", "features": []}, "context": 0,
+            "authorizing_integration_owners": {"0": guild_id}}
+
+
+def callback_response(interaction_id: str, kind: int,
+                      message: dict[str, Any] | None) -> dict[str, Any]:
+    """An InteractionCallbackResponse (`?with_response=1`): what discord.py's
+    `InteractionCallbackResponse` reads, with the created message as the resource."""
+    answer: dict[str, Any] = {"id": interaction_id, "type": 2,
+                              "response_message_loading": kind == 5,
+                              "response_message_ephemeral": bool(
+                                  message and message["flags"] & EPHEMERAL)}
+    if message is None:
+        return {"interaction": answer, "resource": {"type": kind}}
+    answer["response_message_id"] = message["id"]
+    return {"interaction": answer, "resource": {"type": kind, "message": message}}
+
+
+def rate_limited(retry_after: float, bucket: str, *, is_global: bool = False) -> web.Response:
+    """A 429 as Discord sends it; discord.py needs `Via` (else: a Cloudflare ban) and a
+    JSON `retry_after`, and learns the bucket from `X-RateLimit-Bucket`."""
+    headers = {
+        "Via": "1.1 google", "Retry-After": str(max(1, math.ceil(retry_after))),
+        "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": f"{time.time() + retry_after:.3f}",
+        "X-RateLimit-Reset-After": f"{retry_after:.3f}", "X-RateLimit-Bucket": bucket,
+        "X-RateLimit-Scope": "global" if is_global else "user"}
+    if is_global:
+        headers["X-RateLimit-Global"] = "true"
+    body = {"message": "You are being rate limited.", "retry_after": retry_after,
+            "global": is_global}
+    return json_response(body, 429, headers)

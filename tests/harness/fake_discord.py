@@ -1,0 +1,395 @@
+"""Fake Discord (REST under /api/v10 and the gateway at /gateway) for the real discord.py.
+
+Point discord.py at it with `patched_endpoints(fake)`. Build the world first (`add_guild`,
+`add_channel`, `add_thread`, `add_role`, `add_member`, `dm_channel`), then push events
+(`user_message`, `interaction`) and read what the bot did (`messages`, `callbacks`,
+`followups`, `typing_count`). REST answers follow Discord's rules: 2000 characters,
+no empty messages, one callback per interaction within `interaction_deadline_s`, and
+webhooks only after an acknowledgement. Messages the bot sends come back to it as
+MESSAGE_CREATE, as on Discord. The gateway lives in `discord_gateway.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import yarl
+from aiohttp import web
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from tests.harness import discord_payloads as p
+from tests.harness.base import FakeServer, json_response
+from tests.harness.discord_gateway import GatewayMixin
+from tests.harness.discord_payloads import APP_ID, BOT_ID, DEFAULT_USER_ID, LOADING, ApiError
+from tests.harness.discord_world import (
+    Callback,
+    InteractionState,
+    SentMessage,
+    WorldMixin,
+    is_ephemeral,
+)
+
+__all__ = ["APP_ID", "BOT_ID", "DEFAULT_TOKEN", "DEFAULT_USER_ID", "Callback", "FakeDiscord",
+           "SentMessage", "patched_endpoints"]
+
+DEFAULT_TOKEN = "MTMxMDAwMDAwMDAwMDAwMDAwMQ.GfAkE0.threadline-fake-discord-token"
+TRUE = ("1", "true", "True")
+CALLBACK_TYPES = (4, 5, 6, 7, 8, 9, 12)
+Handler = Callable[[web.Request], Awaitable[Any]]  # returns JSON, or None for a 204
+
+
+@dataclasses.dataclass
+class _RateLimit:
+    path: str
+    retry_after: float
+    is_global: bool
+    times: int
+
+
+@contextlib.contextmanager
+def patched_endpoints(fake: FakeDiscord) -> Iterator[FakeDiscord]:
+    """Point discord.py's REST base and default gateway at the fake; restore afterwards."""
+    old_base, old_gateway = Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
+    Route.BASE = fake.api_base
+    DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(fake.gateway_url)
+    try:
+        yield fake
+    finally:
+        Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = old_base, old_gateway
+
+
+class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
+    """Discord fake. The world: `guilds`, `channels`, `users`, `stored` (messages by id).
+    What the bot did: `outbox`, `callbacks`, `typing`, `command_syncs`, `rate_limited`."""
+
+    def __init__(self, token: str = DEFAULT_TOKEN, *, heartbeat_interval_ms: int = 41250,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host=host, port=port)
+        self.token = token
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.interaction_deadline_s = 3.0
+        self.command_syncs: list[list[dict[str, Any]]] = []
+        self.callbacks: list[Callback] = []
+        self.typing: dict[str, list[float]] = defaultdict(list)
+        self.rate_limited: list[tuple[str, float]] = []  # (path, time.monotonic())
+        self._rate_limits: list[_RateLimit] = []
+        self._init_world()
+        self._init_gateway()
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.url}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/gateway"
+
+    # --- knobs ----------------------------------------------------------------------------
+    def rate_limit_next(self, path_substring: str, retry_after: float, *, times: int = 1,
+                        is_global: bool = False) -> None:
+        """A 429 for each of the next `times` requests whose path contains the substring."""
+        self._rate_limits.append(_RateLimit(path_substring, retry_after, is_global, times))
+
+    def reset(self) -> None:
+        super().reset()
+        self._rate_limits.clear()
+
+    # --- what the bot did -------------------------------------------------------------------
+    def messages(self, channel_id: str | None = None) -> list[SentMessage]:
+        """Accepted writes (sends, responses, follow-ups, edits) in order, in one channel
+        or all; an edit is logged as another entry with the same id."""
+        if channel_id is None:
+            return list(self.outbox)
+        return list(self.outbox_by_channel.get(channel_id, ()))
+
+    def followups(self, interaction_id: str) -> list[SentMessage]:
+        return [m for m in self.outbox if m.interaction_id == interaction_id
+                and m.via == "followup"]
+
+    def typing_count(self, channel_id: str) -> int:
+        return len(self.typing.get(channel_id, ()))
+
+    async def wait_for_messages(self, channel_id: str, count: int = 1,
+                                timeout: float = 5.0) -> list[SentMessage]:  # noqa: ASYNC109
+        await self._wait_until(lambda: len(self.messages(channel_id)) >= count,
+                               f"{count} message(s) in channel {channel_id}", timeout)
+        return self.messages(channel_id)
+
+    async def wait_for_followups(self, interaction_id: str, count: int = 1,
+                                 timeout: float = 5.0) -> list[SentMessage]:  # noqa: ASYNC109
+        await self._wait_until(lambda: len(self.followups(interaction_id)) >= count,
+                               f"{count} follow-up(s) to {interaction_id}", timeout)
+        return self.followups(interaction_id)
+
+    async def wait_for_callback(self, interaction_id: str,
+                                timeout: float = 5.0) -> Callback:  # noqa: ASYNC109
+        """The first callback (accepted or not) for the interaction."""
+        def first() -> Callback | None:
+            return next((c for c in self.callbacks if c.interaction_id == interaction_id), None)
+
+        await self._wait_until(lambda: first() is not None,
+                               f"callback for interaction {interaction_id}", timeout)
+        return first()  # type: ignore[return-value]
+
+    async def _wait_until(self, done: Callable[[], bool], what: str,
+                          timeout: float) -> None:  # noqa: ASYNC109
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                await self._changed.wait_for(done)
+        except TimeoutError:
+            sent = [(m.via, m.channel_id, m.content[:30]) for m in self.outbox]
+            raise AssertionError(f"no {what} within {timeout}s; outbox: {sent}; callbacks: "
+                                 f"{self.callbacks}") from None
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # --- server -----------------------------------------------------------------------------
+    def routes(self) -> list[web.RouteDef]:
+        bot, hook = True, False  # webhook-token routes carry no Authorization header
+        table: list[tuple[str, str, Handler, bool]] = [
+            ("GET", "/users/@me", self._get_me, bot),
+            ("GET", "/oauth2/applications/@me", self._get_app, bot),
+            ("GET", "/gateway", self._get_gateway, bot),
+            ("GET", "/gateway/bot", self._get_gateway, bot),
+            ("POST", "/users/@me/channels", self._open_dm, bot),
+            ("GET", "/channels/{cid}", self._get_channel, bot),
+            ("POST", "/channels/{cid}/messages", self._post_message, bot),
+            ("GET", "/channels/{cid}/messages/{mid}", self._get_message, bot),
+            ("PATCH", "/channels/{cid}/messages/{mid}", self._patch_message, bot),
+            ("DELETE", "/channels/{cid}/messages/{mid}", self._delete_message, bot),
+            ("POST", "/channels/{cid}/typing", self._typing, bot),
+            ("GET", "/applications/{app}/commands", self._get_commands, bot),
+            ("PUT", "/applications/{app}/commands", self._put_commands, bot),
+            ("GET", "/applications/{app}/guilds/{gid}/commands", self._get_commands, bot),
+            ("PUT", "/applications/{app}/guilds/{gid}/commands", self._put_commands, bot),
+            ("POST", "/interactions/{iid}/{token}/callback", self._callback, hook),
+            ("POST", "/webhooks/{app}/{token}", self._followup, hook),
+            ("GET", "/webhooks/{app}/{token}/messages/{mid}", self._get_hook_message, hook),
+            ("PATCH", "/webhooks/{app}/{token}/messages/{mid}", self._patch_hook_message, hook),
+            ("DELETE", "/webhooks/{app}/{token}/messages/{mid}", self._delete_hook_message,
+             hook)]
+        return [web.get("/gateway", self._gateway),
+                *(web.route(method, "/api/v10" + path, self._guard(handler, auth))
+                  for method, path, handler, auth in table),
+                web.route("*", "/api/v10/{tail:.*}", self._guard(self._not_found, False))]
+
+    def error_body(self, status: int, message: str) -> Any:
+        return {"message": message, "code": 0}
+
+    def injectable(self, request: web.Request) -> bool:
+        return request.path != "/gateway"  # base fail_next/delay_next: REST only
+
+    async def stop(self) -> None:
+        await self._close_gateway()
+        await super().stop()
+
+    def _guard(self, handler: Handler, auth: bool) -> Callable[[web.Request],
+                                                               Awaitable[web.Response]]:
+        """Auth, injected 429s, ApiError → Discord's error body, JSON or 204 out."""
+        async def guarded(request: web.Request) -> web.Response:
+            if auth and request.headers.get("Authorization") != f"Bot {self.token}":
+                return json_response({"message": "401: Unauthorized", "code": 0}, 401)
+            limited = self._take_rate_limit(request)
+            if limited is not None:
+                return limited
+            try:
+                result = await handler(request)
+            except ApiError as error:
+                return error.response()
+            except Exception as error:  # a fake bug: a 500 would make discord.py retry for 25 s
+                return json_response({"message": f"fake bug: {error!r}", "code": -1}, 400)
+            return web.Response(status=204) if result is None else json_response(result)
+        return guarded
+
+    def _take_rate_limit(self, request: web.Request) -> web.Response | None:
+        entry = next((e for e in self._rate_limits if e.path in request.path), None)
+        if entry is None:
+            return None
+        entry.times -= 1
+        if entry.times <= 0:
+            self._rate_limits.remove(entry)
+        self.rate_limited.append((request.path, time.monotonic()))
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        bucket = hashlib.sha1(f"{request.method} {route}".encode()).hexdigest()[:32]
+        return p.rate_limited(entry.retry_after, bucket, is_global=entry.is_global)
+
+    # --- REST: identity, channels, messages -------------------------------------------------
+    async def _not_found(self, request: web.Request) -> Any:
+        raise ApiError(404, 0, f"404: Not Found (the fake has no {request.method} "
+                               f"{request.path})")
+
+    async def _get_me(self, request: web.Request) -> Any:
+        return self.users[BOT_ID]
+
+    async def _get_app(self, request: web.Request) -> Any:
+        return p.application()
+
+    async def _get_gateway(self, request: web.Request) -> Any:
+        return {"url": self.gateway_url, "shards": 1, "session_start_limit": {
+            "total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}}
+
+    async def _open_dm(self, request: web.Request) -> Any:
+        body = await p.read_json(request)
+        return self.channels[self.dm_channel(str(body.get("recipient_id")))]
+
+    async def _get_channel(self, request: web.Request) -> Any:
+        return self._channel(request.match_info["cid"])
+
+    async def _post_message(self, request: web.Request) -> Any:
+        channel_id = request.match_info["cid"]
+        self._channel(channel_id)
+        payload, files = await p.read_body(request)
+        message = self._create(channel_id, payload, files)
+        await self._sent(message, payload, "channel")
+        return message
+
+    def _channel_message(self, request: web.Request) -> dict[str, Any]:
+        self._channel(request.match_info["cid"])
+        message = self.stored.get(request.match_info["mid"])
+        if (message is None or message["channel_id"] != request.match_info["cid"]
+                or is_ephemeral(message)):
+            raise p.unknown("Message")
+        return message
+
+    async def _get_message(self, request: web.Request) -> Any:
+        return self._channel_message(request)
+
+    async def _patch_message(self, request: web.Request) -> Any:
+        message = self._channel_message(request)
+        payload, files = await p.read_body(request)
+        return await self._edit(message, payload, files, "edit")
+
+    async def _delete_message(self, request: web.Request) -> Any:
+        message = self._channel_message(request)
+        if message["author"]["id"] != BOT_ID:  # the bot has no Manage Messages
+            raise ApiError(403, 50013, "Missing Permissions")
+        await self._delete(message)
+
+    async def _typing(self, request: web.Request) -> Any:
+        channel_id = request.match_info["cid"]
+        self._channel(channel_id)
+        self.typing[channel_id].append(time.monotonic())
+        await self._notify()
+
+    # --- REST: application commands ---------------------------------------------------------
+    def _command_scope(self, request: web.Request) -> str | None:
+        guild_id = request.match_info.get("gid")
+        if request.match_info["app"] != APP_ID or (guild_id and guild_id not in self.guilds):
+            raise ApiError(403, 50001, "Missing Access")
+        return guild_id
+
+    async def _get_commands(self, request: web.Request) -> Any:
+        return self.commands.get(self._command_scope(request), [])
+
+    async def _put_commands(self, request: web.Request) -> Any:
+        """Bulk overwrite; a command keeps its id across syncs while its name stays."""
+        scope, body = self._command_scope(request), await p.read_json(request)
+        if not isinstance(body, list):
+            raise p.form_error([], "BASE_TYPE_ARRAY", "Must be an array.")
+        for index, command in enumerate(body):
+            p.check_command(command, str(index))
+        self.command_syncs.append(body)
+        old = {c["name"]: c["id"] for c in self.commands.get(scope, [])}
+        self.commands[scope] = [p.app_command(c, old.get(c["name"]) or self.ids.next(),
+                                              self.ids.next(), scope) for c in body]
+        return self.commands[scope]
+
+    # --- REST: interactions and their webhooks ----------------------------------------------
+    async def _callback(self, request: web.Request) -> Any:
+        state = self.interactions.get(request.match_info["iid"])
+        if state is None or state.token != request.match_info["token"]:
+            raise p.unknown("interaction")
+        payload, files = await p.read_body(request)
+        seen = Callback(state.id, payload.get("type"), payload.get("data") or {},
+                        time.monotonic() - state.dispatched_at)
+        try:
+            message = await self._acknowledge(state, seen, files)
+        except ApiError as error:
+            self.callbacks.append(dataclasses.replace(seen, status=error.status,
+                                                      code=error.code))
+            await self._notify()
+            raise
+        self.callbacks.append(seen)
+        await self._notify()
+        if request.query.get("with_response") not in TRUE:
+            return None
+        return p.callback_response(state.id, seen.type or 0, message)
+
+    async def _acknowledge(self, state: InteractionState, seen: Callback,
+                           files: p.Files) -> dict[str, Any] | None:
+        """Discord's order: acknowledged once (40060), within the deadline (10062)."""
+        if state.acked:
+            raise ApiError(400, 40060, "Interaction has already been acknowledged.")
+        if seen.elapsed > self.interaction_deadline_s:
+            raise p.unknown("interaction")
+        if seen.type not in CALLBACK_TYPES:
+            raise p.form_error(["type"], "BASE_TYPE_CHOICES",
+                               f"Value must be one of {set(CALLBACK_TYPES)}.")
+        message = None
+        if seen.type == 4:
+            message = self._create(state.channel_id, seen.data, files, state, ("data",))
+        elif seen.type == 5:  # a "thinking…" original, filled by an edit or the 1st follow-up
+            flags = LOADING | int(seen.data.get("flags") or 0)
+            message = self._create(state.channel_id, {"content": "", "flags": flags}, [],
+                                   state, check=False)
+            state.filled = False
+        state.acked = True
+        if message is not None:
+            state.original_id = message["id"]
+            if seen.type == 4:
+                await self._sent(message, seen.data, "callback", state)
+            elif not is_ephemeral(message):
+                self._announce("MESSAGE_CREATE", self._on_gateway(message))
+        return message
+
+    def _hook(self, request: web.Request) -> InteractionState:
+        """The interaction behind a webhook token; 10015 unless it was acknowledged."""
+        token = request.match_info["token"]
+        state = next((s for s in self.interactions.values() if s.token == token), None)
+        if request.match_info["app"] != APP_ID or state is None or not state.acked:
+            raise p.unknown("Webhook")
+        return state
+
+    def _hook_message(self, request: web.Request) -> tuple[InteractionState, dict[str, Any]]:
+        state, message_id = self._hook(request), request.match_info["mid"]
+        if message_id == "@original":
+            message_id = state.original_id or ""
+        if message_id not in state.message_ids or message_id not in self.stored:
+            raise p.unknown("Message")
+        return state, self.stored[message_id]
+
+    async def _followup(self, request: web.Request) -> Any:
+        state = self._hook(request)
+        payload, files = await p.read_body(request)
+        original = self.stored.get(state.original_id or "")
+        if not state.filled and original is not None:  # the 1st follow-up replaces "thinking…"
+            message = await self._edit(original, payload, files, "followup", state)
+            state.filled = True
+        else:
+            message = self._create(state.channel_id, payload, files, state)
+            await self._sent(message, payload, "followup", state)
+        return message if request.query.get("wait") in TRUE else None
+
+    async def _get_hook_message(self, request: web.Request) -> Any:
+        return self._hook_message(request)[1]
+
+    async def _patch_hook_message(self, request: web.Request) -> Any:
+        state, message = self._hook_message(request)
+        payload, files = await p.read_body(request)
+        edited = await self._edit(message, payload, files, "edit", state)
+        state.filled = state.filled or message["id"] == state.original_id
+        return edited
+
+    async def _delete_hook_message(self, request: web.Request) -> Any:
+        await self._delete(self._hook_message(request)[1])
