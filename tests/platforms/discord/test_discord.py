@@ -232,3 +232,61 @@ async def test_a_reconnect_and_a_zombie_connection_both_resume_and_replies_arriv
     assert [m.content for m in fake_discord.messages(dm)] == [
         "echo: during the reconnect", "echo: while the line is silent"]
     assert fake_discord.identifies == 1
+
+
+async def test_configured_admins_and_moderators_manage_a_channel_and_others_are_refused(
+        tmp_path, fake_openai, fake_discord):
+    guild, channel, _, _ = world(fake_discord)
+    owner = "700000000000000009"
+    fake_discord.add_member(guild, owner)
+    config = discord_config(tmp_path, fake_discord, fake_openai.base_url,
+                            gateway={"admins": {"discord": [owner]}})
+    async with discord_gateway(config):
+        by_owner = await fake_discord.interaction("usage", None, channel, user_id=owner,
+                                                  permissions=0)
+        by_member = await fake_discord.interaction("usage", None, channel, user_id=USER,
+                                                   permissions=0)
+        owner_cb = await fake_discord.wait_for_callback(by_owner)
+        member_cb = await fake_discord.wait_for_callback(by_member)
+        await fake_discord.user_message(channel, "/usage", author_id=USER)
+        await fake_discord.wait_for_messages(channel, 3)  # and the owner's public answer
+        await fake_discord.user_message(channel, "/usage", author_id=ADMIN)
+        await fake_discord.wait_for_messages(channel, 4)
+    typed = [m for m in fake_discord.messages(channel) if m.via == "channel"]
+    assert owner_cb.type == 4 and not owner_cb.data.get("flags", 0) & EPHEMERAL
+    assert owner_cb.data["content"].startswith("Usage over this chat's whole history")
+    assert member_cb.data["flags"] & EPHEMERAL and "admin-only" in member_cb.data["content"]
+    # Typed commands: the plain member is refused, the moderator (Manage Messages) is not.
+    assert [m.content.split(":")[0] for m in typed] == [
+        "/usage is admin-only here.", "Usage over this chat's whole history"]
+    assert model_calls(fake_openai) == 0
+
+
+async def test_a_stranger_to_a_closed_bot_gets_one_private_refusal_then_a_short_note(
+        tmp_path, fake_openai, fake_discord):
+    dm = fake_discord.dm_channel(STRANGER)
+    config = discord_config(tmp_path, fake_discord, fake_openai.base_url,
+                            gateway={"open": False})
+    async with discord_gateway(config):
+        first = await fake_discord.interaction("status", None, dm, user_id=STRANGER)
+        second = await fake_discord.interaction("status", None, dm, user_id=STRANGER)
+        refusal = await fake_discord.wait_for_callback(first)
+        again = await fake_discord.wait_for_callback(second)
+    assert refusal.data["flags"] & EPHEMERAL and STRANGER in refusal.data["content"]
+    assert again.data["flags"] & EPHEMERAL and again.type == 4  # never left hanging
+    assert model_calls(fake_openai) == 0
+
+
+async def test_slash_stop_cancels_the_running_turn(tmp_path, fake_openai, fake_discord):
+    dm = fake_discord.dm_channel(USER)
+    config = discord_config(tmp_path, fake_discord, fake_openai.base_url)
+    async with discord_gateway(config):
+        fake_openai.delay_next(20)
+        await fake_discord.user_message(dm, "a slow question", author_id=USER)
+        await fake_openai.wait_for_call("/chat/completions")
+        stop = await fake_discord.interaction("stop", None, dm, user_id=USER)
+        callback = await fake_discord.wait_for_callback(stop)
+        await fake_discord.wait_for_messages(dm, 2, timeout=5)
+    [notice] = [m for m in fake_discord.messages(dm) if m.via == "channel"]
+    assert callback.data["content"] == "Stopping."
+    assert notice.content.startswith("Stopped.")
