@@ -50,6 +50,11 @@ class Gateway:
         self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
         self._connecting: list[asyncio.Task[None]] = []
+        # Messages being handled right now (an immediate command answers inside handle(),
+        # outside the router): stop() lets them finish too before adapters close.
+        self._handling = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
 
     # --- lifecycle --------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -119,7 +124,14 @@ class Gateway:
             except Exception:
                 log.exception("%s: stop failed", adapter.name)
         self._started.clear()
-        await self.router.drain(drain_timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_timeout
+        try:
+            await asyncio.wait_for(self._quiet.wait(), drain_timeout)
+        except TimeoutError:
+            log.warning("shutdown: %d message(s) still being handled after %.0fs",
+                        self._handling, drain_timeout)
+        await self.router.drain(max(0.0, deadline - loop.time()))
 
     async def shutdown(self) -> None:
         if self._state == "closed":
@@ -141,11 +153,17 @@ class Gateway:
     # --- inbound ------------------------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> None:
         """An adapter's entry point; never raises into the platform library."""
+        self._handling += 1
+        self._quiet.clear()
         try:
             await self._handle(msg)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
             await self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)
+        finally:
+            self._handling -= 1
+            if not self._handling:
+                self._quiet.set()
 
     async def _handle(self, msg: InboundMessage) -> None:
         command = parse_command(msg.text)

@@ -244,7 +244,8 @@ class DiscordAdapter(PlatformAdapter):
             await self.interactions.close(message_id)
 
     def _channel(self, chat: ChatRef) -> discord.PartialMessageable:
-        assert self.client is not None
+        if self.client is None or self.client.is_closed():
+            raise PlatformDown("discord: the client is closed")  # kept for the next start
         return self.client.get_partial_messageable(int(chat.thread_id or chat.chat_id))
 
 

@@ -290,3 +290,16 @@ async def test_slash_stop_cancels_the_running_turn(tmp_path, fake_openai, fake_d
     [notice] = [m for m in fake_discord.messages(dm) if m.via == "channel"]
     assert callback.data["content"] == "Stopping."
     assert notice.content.startswith("Stopped.")
+
+
+async def test_a_command_still_being_answered_at_shutdown_is_delivered(tmp_path, fake_openai,
+                                                                       fake_discord):
+    dm = fake_discord.dm_channel(USER)
+    config = discord_config(tmp_path, fake_discord, fake_openai.base_url)
+    async with discord_gateway(config):
+        fake_discord.delay_next(1.0)  # the answer's request is slow ...
+        await fake_discord.user_message(dm, "/status", author_id=USER)
+        await fake_discord.wait_for_call(f"/channels/{dm}/messages")
+    # ... and the gateway stops meanwhile: it waits for the answer before closing.
+    [reply] = fake_discord.messages(dm)
+    assert reply.content.startswith("Model:")
