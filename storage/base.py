@@ -150,6 +150,20 @@ class SessionStore(ABC):
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
         """Which of these stored replies still have chunks waiting to be sent."""
 
+    # --- running as a service -----------------------------------------------------------
+    @abstractmethod
+    async def begin_run(self) -> bool:
+        """The service starts; True when the last run ended uncleanly (then the store was
+        checked, and a damaged one raises StoreError)."""
+
+    @abstractmethod
+    async def end_run(self) -> None:
+        """The service stops cleanly."""
+
+    @abstractmethod
+    async def backup(self, dest: str) -> None:
+        """A consistent copy of everything at `dest`, while the service keeps writing."""
+
     # --- settings ----------------------------------------------------------------------
     @abstractmethod
     async def get_setting(self, key: str) -> str | None:

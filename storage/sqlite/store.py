@@ -33,7 +33,7 @@ from storage.models import (
     UsageRecord,
     UsageTotals,
 )
-from storage.sqlite import continuation, rows, schema
+from storage.sqlite import continuation, integrity, rows, schema
 from storage.sqlite import queries as q
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ Work = Callable[[aiosqlite.Connection], Awaitable[T]]
 Db = aiosqlite.Connection
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
 
 
 class SqliteSessionStore(SessionStore):
@@ -95,10 +96,54 @@ class SqliteSessionStore(SessionStore):
             await schema.migrate(db, self._path)
         except BaseException as exc:
             await db.close()
+            if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
+                raise StoreError(integrity.damaged(self._path, str(exc))) from exc
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"cannot open database {self._path}: {exc}") from exc
             raise
         self._db = db
+
+    async def begin_run(self) -> bool:
+        """The service starts: True when the previous run did not end cleanly, in which
+        case the file was checked (PRAGMA quick_check) and a damaged one refused."""
+        previous = await self.get_setting(_RUN_KEY)
+        unclean = bool(previous)
+        if unclean:
+            log.warning("the previous run (pid %s) did not end cleanly; checking %s",
+                        previous, self._path)
+            problem = await asyncio.to_thread(self._quick_check)
+            if problem:
+                raise StoreError(integrity.damaged(self._path, problem))
+        await self.put_setting(_RUN_KEY, str(os.getpid()))
+        return unclean
+
+    async def end_run(self) -> None:
+        """The service stops cleanly: the next start needs no check."""
+        await self.put_setting(_RUN_KEY, "")
+
+    def _quick_check(self) -> str | None:
+        db = sqlite3.connect(self._path, timeout=self._busy_timeout_ms / 1000)
+        try:
+            return integrity.quick_check(db)
+        finally:
+            db.close()
+
+    async def backup(self, dest: str | os.PathLike[str]) -> None:
+        """A consistent copy at `dest` (SQLite's online backup), while others write."""
+        if self._path == ":memory:":
+            raise StoreError("an in-memory database cannot be backed up")
+
+        def copy() -> None:
+            source = sqlite3.connect(self._path, timeout=self._busy_timeout_ms / 1000)
+            try:
+                integrity.copy_to(source, str(dest), self._path)
+            finally:
+                source.close()
+
+        try:
+            await asyncio.to_thread(copy)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"backing up {self._path} to {dest} failed: {exc}") from exc
 
     async def shutdown(self) -> None:
         async with self._lock:  # a running transaction finishes first
@@ -367,6 +412,11 @@ async def _transaction(db: Db, work: Work[T]) -> T:
             except sqlite3.Error:
                 log.exception("rollback failed")
         raise
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text or "corrupt" in text
 
 
 def _open_and_close(path: str) -> None:

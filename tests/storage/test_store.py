@@ -359,3 +359,83 @@ async def test_a_setting_is_kept_replaced_and_survives_reopening(tmp_path: Path)
     async with SqliteSessionStore(path) as store:
         assert await store.get_setting("commands:discord") == "def"
         assert await store.get_setting("other") == "x"
+
+
+# --- a damaged file, unclean exits, backups ----------------------------------------------
+async def filled(path: Path, turns: int = 30) -> None:
+    async with SqliteSessionStore(path) as store:
+        session = await store.create_root_session("console:local", model="m", system_prompt="s")
+        for i in range(turns):
+            await store.append_messages(session.id, [msg("user", f"question {i} " + "x" * 400),
+                                                     msg("assistant", f"answer {i}")])
+
+
+@pytest.mark.parametrize("damage", ["garbled", "truncated"])
+async def test_a_damaged_file_is_refused_in_one_line_and_left_untouched(tmp_path: Path,
+                                                                        damage: str) -> None:
+    path = tmp_path / "threadline.db"
+    await filled(path)
+    data = path.read_bytes()
+    # Cut short by two pages: the schema still reads, the data no longer does.
+    broken = (bytes(range(256)) * 64 if damage == "garbled" else data[: len(data) - 8192])
+    path.write_bytes(broken)
+    with pytest.raises(StoreError) as caught:
+        await SqliteSessionStore(path).initialize()
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message and "damaged" in message
+    assert "no backup was recorded" in message
+    assert path.read_bytes() == broken
+
+
+async def test_after_an_unclean_exit_the_file_is_checked_and_damage_names_the_backup(
+        tmp_path: Path) -> None:
+    path, copy = tmp_path / "threadline.db", tmp_path / "saved" / "copy.db"
+    copy.parent.mkdir()
+    await filled(path)
+    async with SqliteSessionStore(path) as store:
+        assert await store.begin_run() is False
+        await store.backup(copy)
+        await store.end_run()
+        assert await store.begin_run() is False  # the last run ended cleanly
+        # ... and this one never calls end_run(): a crash.
+    async with SqliteSessionStore(path) as store:
+        assert await store.begin_run() is True  # checked, and whole
+    # Damage a page in the middle (not the header): only the check after a crash sees it.
+    raw = bytearray(path.read_bytes())
+    page = 4096 * 3
+    raw[page:page + 4096] = b"\xff" * 4096
+    path.write_bytes(bytes(raw))
+    async with SqliteSessionStore(path) as store:
+        with pytest.raises(StoreError) as caught:
+            await store.begin_run()
+    assert f"the last backup is {copy.resolve()}" in str(caught.value)
+
+
+async def test_a_backup_taken_while_another_connection_writes_is_whole(tmp_path: Path) -> None:
+    path, copy = tmp_path / "threadline.db", tmp_path / "copy.db"
+    await filled(path, turns=5)
+    async with SqliteSessionStore(path) as writer, SqliteSessionStore(path) as reader:
+        session = await writer.create_root_session("telegram:1", model="m", system_prompt="s")
+        stop = asyncio.Event()
+
+        async def keep_writing() -> int:
+            n = 0
+            while not stop.is_set():
+                await writer.append_messages(session.id, [msg("user", f"busy {n}")])
+                n += 1
+            return n
+
+        writing = asyncio.create_task(keep_writing())
+        for _ in range(5):
+            await reader.backup(copy)
+        stop.set()
+        written = await writing
+    assert written > 0
+    check = sqlite3.connect(copy)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        count = check.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        check.close()
+    assert 10 <= count <= 10 + written
+    assert not (tmp_path / ".copy.db.partial").exists()

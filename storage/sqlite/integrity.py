@@ -1,0 +1,64 @@
+"""Is the database file whole? The check after an unclean exit, and online backups.
+
+A damaged file is never repaired or overwritten here: the service refuses to start with
+one line naming the file and the last backup, and the operator decides (see
+docs/operations.md, "The database").
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+
+def quick_check(db: sqlite3.Connection) -> str | None:
+    """SQLite's own consistency check (PRAGMA quick_check): None when all is well."""
+    try:
+        rows = db.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    found = [str(row[0]) for row in rows]
+    return None if found == ["ok"] else "; ".join(found[:3])
+
+
+def backup_record(path: str) -> Path:
+    """Where `threadline backup` notes the path of its last copy: beside the database."""
+    return Path(f"{path}.last-backup")
+
+
+def last_backup(path: str) -> str | None:
+    try:
+        noted = backup_record(path).read_text().strip()
+    except OSError:
+        return None
+    return noted if noted and Path(noted).exists() else None
+
+
+def damaged(path: str, problem: str) -> str:
+    """The one line the service says about a damaged database."""
+    backup = last_backup(path)
+    where = (f"the last backup is {backup}" if backup
+             else "no backup was recorded (`threadline backup PATH` makes one)")
+    return (f"database {path} is damaged ({problem}); it was left untouched: {where}. "
+            "Restore the backup or move the damaged file away, then start again.")
+
+
+def copy_to(source: sqlite3.Connection, dest: str, db_path: str) -> None:
+    """A consistent copy of the open database at `dest`, in one step (a snapshot even
+    while others write), checked, then moved into place; `dest` is never left half written."""
+    target = Path(dest)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    copy = sqlite3.connect(partial)
+    try:
+        source.backup(copy)  # all pages in one step: one read transaction, one snapshot
+        copy.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+        problem = quick_check(copy)
+    finally:
+        copy.close()
+    if problem:
+        partial.unlink(missing_ok=True)
+        raise sqlite3.DatabaseError(f"the copy failed its check: {problem}")
+    os.replace(partial, target)
+    backup_record(db_path).write_text(f"{target.resolve()}\n")
