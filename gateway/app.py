@@ -12,6 +12,7 @@ from gateway.commands import CommandTable, Invocation, default_commands, parse_c
 from gateway.conversations import Conversations
 from gateway.jobs import CommandJob, MessageJob, recovery_jobs
 from gateway.outbound import Outbound
+from gateway.resets import Clock, ResetPolicy, Resets, utc_now
 from gateway.router import ChatRouter
 from gateway.worker import GENERIC_FAILURE, ChatWorker
 from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
@@ -35,7 +36,8 @@ class Gateway:
 
     def __init__(self, store: SessionStore, conversations: Conversations,
                  platforms: Sequence[PlatformFactory], *, auth: Authorizer,
-                 commands: CommandTable | None = None, coalesce_ms: int = 1500) -> None:
+                 commands: CommandTable | None = None, coalesce_ms: int = 1500,
+                 resets: ResetPolicy | None = None, clock: Clock = utc_now) -> None:
         self.store = store
         self.conversations = conversations
         self.auth = auth
@@ -45,7 +47,10 @@ class Gateway:
             adapter = make(self.handle)
             self.adapters[adapter.name] = adapter
         self.outbound = Outbound(self.adapters, store)
-        self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth)
+        self.resets = Resets(resets or ResetPolicy(), store, conversations, clock,
+                             busy=lambda key: self.router.running(key) is not None)
+        self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth,
+                                 self.resets)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
         self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
@@ -53,6 +58,7 @@ class Gateway:
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.
         self._handling = 0
+        self._ran = False  # started at some point: a clean shutdown says so to the store
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -77,7 +83,10 @@ class Gateway:
             return
         if self._state != "initialized":
             raise RuntimeError(f"start() needs an initialized gateway, not a {self._state} one")
+        await self.store.begin_run()  # after an unclean exit: checks the file first
         self._state = "running"
+        self._ran = True
+        self.resets.start()
         for adapter in self.adapters.values():
             if not await self._bring_up(adapter):
                 self._connecting.append(asyncio.create_task(self._keep_connecting(adapter)))
@@ -116,6 +125,7 @@ class Gateway:
         if self._state != "running":
             return
         self._state = "stopped"
+        self.resets.stop()
         for task in self._connecting:
             task.cancel()
         for adapter in reversed(self._started):
@@ -143,6 +153,11 @@ class Gateway:
                 await adapter.shutdown()
             except Exception:
                 log.exception("%s: shutdown failed", adapter.name)
+        if self._ran:
+            try:
+                await self.store.end_run()
+            except Exception:
+                log.exception("recording a clean stop failed")
         await self.store.shutdown()
         await self.conversations.aclose()
 

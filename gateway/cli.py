@@ -37,11 +37,20 @@ def _parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compress", parents=[common], help="compact a chat now")
     comp.add_argument("chat_key", help="e.g. console:local or telegram:12345")
     comp.add_argument("--focus", default=None, help="a topic to keep in full detail")
+    backup = sub.add_parser("backup", parents=[common],
+                            help="copy the database, consistently, while the service runs")
+    backup.add_argument("path", help="where to write the copy (an existing file is replaced)")
+    sub.add_parser("doctor", parents=[common],
+                   help="check config, database, providers and platform tokens")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "doctor":  # reports a broken config as one of its checks
+        from gateway import doctor
+
+        sys.exit(asyncio.run(doctor.run(getattr(args, "config", None))))
     try:
         from gateway.config import check_storage_writable, require_platforms, resolve_config
 
@@ -96,6 +105,8 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
 
     if args.command == "compress":
         return await _compress(args, config)
+    if args.command == "backup":
+        return await _backup(args, config)
     store = build_store(config)
     await store.initialize()
     try:
@@ -118,6 +129,19 @@ async def _compress(args: argparse.Namespace, config: Config) -> int:
                   "`threadline sessions list` shows the chat keys", file=sys.stderr)
             return EXIT_ERROR
         print(await finish_compress(conversations, args.chat_key, prepared))
+    return 0
+
+
+async def _backup(args: argparse.Namespace, config: Config) -> int:
+    from gateway.wiring import build_store
+
+    store = build_store(config)
+    await store.initialize()
+    try:
+        await store.backup(args.path)
+    finally:
+        await store.shutdown()
+    print(f"backed up {config.db_path} to {args.path}")
     return 0
 
 

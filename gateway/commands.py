@@ -118,7 +118,7 @@ async def _start(call: CommandCall) -> str:
 
 
 async def _new(call: CommandCall) -> str:
-    await call.conversations.reset(call.msg.chat_key)
+    await call.conversations.end_session(call.msg.chat_key, "reset")
     return "Started a fresh conversation. The old one stays stored."
 
 

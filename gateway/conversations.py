@@ -313,12 +313,19 @@ class Conversations:
         await self.persist_compaction(chat_key, session, agent, result)
         return result
 
-    async def reset(self, chat_key: str) -> None:
+    async def end_session(self, chat_key: str, reason: str, *,
+                          session_id: str | None = None) -> bool:
+        """End the chat's live session (/new: "reset"; "idle", "daily"); the next message
+        starts a root session. With `session_id`, only if that one is still live.
+
+        The context engine hears of it (on_session_end) with the whole transcript, also
+        when the agent was not in memory. False when there was nothing to end.
+        """
         session = await self.store.live_session(chat_key)
-        if session is None:
-            return
-        cached = self._agents.get(chat_key)
-        if cached:
-            cached[1].session_ended(session.id)
-        await self.store.end_session(session.id, "reset")
+        if session is None or (session_id is not None and session.id != session_id):
+            return False
+        _, agent = await self.agent_for(chat_key, session)
+        agent.session_ended(session.id)
+        await self.store.end_session(session.id, reason)
         self.forget(chat_key)
+        return True

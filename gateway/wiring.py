@@ -17,6 +17,7 @@ from gateway.auth import Authorizer
 from gateway.commands import CommandTable
 from gateway.config import Config
 from gateway.conversations import Conversations
+from gateway.resets import Clock, ResetPolicy, utc_now
 from platforms.base import PlatformFactory
 from platforms.console import ConsoleAdapter
 from storage.base import SessionStore
@@ -122,8 +123,9 @@ def platform_factories(config: Config, *, console: bool,
 
 
 def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
-                   commands: CommandTable | None = None) -> Gateway:
+                   commands: CommandTable | None = None, clock: Clock = utc_now) -> Gateway:
     store = build_store(config)
     return Gateway(store, build_conversations(config, store), platforms,
                    auth=Authorizer(config), commands=commands,
-                   coalesce_ms=config.gateway.coalesce_ms)
+                   coalesce_ms=config.gateway.coalesce_ms,
+                   resets=ResetPolicy.from_config(config.gateway.session_reset), clock=clock)

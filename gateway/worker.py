@@ -18,6 +18,7 @@ from gateway.commands import CommandCall, CommandTable, Refusal
 from gateway.conversations import Conversations
 from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
 from gateway.outbound import Outbound
+from gateway.resets import Resets
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
 from storage.models import Delivery, InboundRecord
@@ -36,8 +37,9 @@ class ChatWorker:
     """Processes one chat's batches, called by the router in the chat's order."""
 
     def __init__(self, store: SessionStore, conversations: Conversations, outbound: Outbound,
-                 commands: CommandTable, auth: Authorizer) -> None:
+                 commands: CommandTable, auth: Authorizer, resets: Resets) -> None:
         self.store = store
+        self.resets = resets
         self.conversations = conversations
         self.outbound = outbound
         self.commands = commands
@@ -110,6 +112,9 @@ class ChatWorker:
         jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
         chat, records = jobs[0].chat, [job.record for job in jobs]
         ids = tuple(r.message_id for r in records)
+        notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
+        if notice:
+            await self.outbound.send(chat, notice)
         typing = asyncio.create_task(self.outbound.keep_typing(chat))
         failure: str | None = None
         try:

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from storage.models import (
+    ChatActivity,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -149,6 +150,10 @@ class SessionStore(ABC):
     @abstractmethod
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
         """Which of these stored replies still have chunks waiting to be sent."""
+
+    @abstractmethod
+    async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
+        """Chats with a live session (one, or all) and when each last spoke."""
 
     # --- running as a service -----------------------------------------------------------
     @abstractmethod

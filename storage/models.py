@@ -57,6 +57,15 @@ class StoredMessage:
 
 
 @dataclass(frozen=True)
+class ChatActivity:
+    """A chat's live session and when the chat last spoke (unix seconds)."""
+
+    chat_key: str
+    session_id: str
+    last_at: float
+
+
+@dataclass(frozen=True)
 class InboundRecord:
     """One row of the once-only ledger, with enough to replay it after a restart."""
 

@@ -333,3 +333,12 @@ GET_SETTING = "SELECT value FROM settings WHERE key = ?"
 PUT_SETTING = ("INSERT INTO settings(key, value, updated_at) VALUES (?, ?, ?) "
                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
                "updated_at = excluded.updated_at")
+
+# Each chat's live session and when the chat last spoke: its last inbound message, or the
+# session's start when that is later (a fresh session after /new).
+CHAT_ACTIVITY = """
+    SELECT c.chat_key, s.id, MAX(s.started_at, COALESCE(
+        (SELECT MAX(i.received_at) FROM inbound AS i WHERE i.chat_key = c.chat_key), 0))
+    FROM chats AS c JOIN sessions AS s ON s.id = c.session_id
+    WHERE s.end_reason IS NULL AND (?1 IS NULL OR c.chat_key = ?1)
+    ORDER BY c.chat_key"""

@@ -170,8 +170,11 @@ _V5_SETTINGS = (
     )""",
 )
 
+# A chat's last message, for session resets after a quiet spell.
+_V6_ACTIVITY = ("CREATE INDEX inbound_by_chat ON inbound(chat_key, received_at)",)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
-                                           _V4_DELIVERIES, _V5_SETTINGS)
+                                           _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

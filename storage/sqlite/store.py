@@ -23,6 +23,7 @@ import aiosqlite
 from storage.base import SessionStore
 from storage.errors import StoreError
 from storage.models import (
+    ChatActivity,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -345,6 +346,10 @@ class SqliteSessionStore(SessionStore):
         params = q.chain_params(session_id)
         row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params))
         return rows.usage_totals(row)
+
+    async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
+        return await self._read(lambda db: q.fetch_all(
+            db, q.CHAT_ACTIVITY, (chat_key,), lambda r: ChatActivity(r[0], r[1], float(r[2]))))
 
     # --- settings --------------------------------------------------------------------
     async def get_setting(self, key: str) -> str | None:

@@ -8,6 +8,7 @@ compaction that runs makes a continuation with one message fewer.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,21 @@ class ForceAware(DropOldest):
         return self.drop(list(messages), 2 if force else 1)
 
 
+class BlocksTheLoop(DropOldest):
+    """Misbehaves on purpose: holds the event loop for two seconds after each model call,
+    the way a plugin doing CPU work or blocking I/O outside a thread would."""
+
+    block_s = 2.0
+
+    @property
+    def name(self) -> str:
+        return "blocks-the-loop"
+
+    def update_from_response(self, usage: Any) -> None:
+        time.sleep(self.block_s)  # on the loop, not in a thread: the point of this engine
+        super().update_from_response(usage)
+
+
 def install_plugin(data_dir: Path, name: str, cls: str) -> None:
     """Put engine `cls` of this module in the plugin directory as context engine `name`."""
     directory = data_dir / "plugins" / "context_engine" / name
@@ -65,3 +81,17 @@ def install_plugin(data_dir: Path, name: str, cls: str) -> None:
     (directory / "__init__.py").write_text(
         f"from tests.harness.engines import {cls}\n\n\n"
         f"def create_engine(settings):\n    return {cls}(settings)\n")
+
+
+class RemembersEnds(DropOldest):
+    """Notes every `on_session_end` it hears of (session id, transcript length), class-wide,
+    so a test can see a session end reach its engine."""
+
+    ended: list[tuple[str, int]] = []  # noqa: RUF012 - shared on purpose, across instances
+
+    @property
+    def name(self) -> str:
+        return "remembers-ends"
+
+    def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        RemembersEnds.ended.append((session_id, len(messages)))
