@@ -67,3 +67,15 @@ async def test_cli_commands_and_backups_beside_a_busy_service_all_succeed(
         assert copy.execute("SELECT count(*) FROM inbound").fetchone()[0] > 0
     finally:
         copy.close()
+
+
+async def test_run_refuses_a_damaged_database_in_one_line_and_leaves_it_alone(tmp_path):
+    config = write_config(tmp_path, model={"base_url": "http://127.0.0.1:9/v1"})
+    db = tmp_path / "threadline.db"
+    garbage = b"this was a database once\x00" * 400
+    db.write_bytes(garbage)
+    ran = await threadline("run", "--config", str(config), home=tmp_path, timeout=60)
+    lines = ran.err.strip().splitlines()
+    assert ran.code == 1
+    assert len(lines) == 1 and str(db) in lines[0] and "damaged" in lines[0], ran.err
+    assert db.read_bytes() == garbage
