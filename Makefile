@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP   := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean systemd-analyze
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,22 @@ run: $(LOCAL_STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 
-test: $(DEV_STAMP) lint
+test: $(DEV_STAMP) lint systemd-analyze
 	$(BIN)/pytest
+
+# tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze
+# verify` (Debian's systemd package). Installing it is best effort (root, or sudo without a
+# password); when it cannot be installed, that test fails and says what is missing.
+systemd-analyze:
+	@command -v systemd-analyze >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  echo "installing systemd-analyze (apt-get install systemd)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q --no-install-recommends systemd >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q --no-install-recommends systemd >/dev/null; } || \
+	  echo "warning: could not install systemd; the unit-file test will fail"; \
+	}
 
 bench: $(DEV_STAMP)
 	$(BIN)/python bench/gateway.py

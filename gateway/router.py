@@ -61,6 +61,12 @@ class ChatRouter:
         chat = self._chats.get(chat_key)
         return chat.running if chat else None
 
+    def activity(self) -> tuple[int, int]:
+        """(chats with queued or running work, batches running now), for status lines."""
+        busy = [c for c in self._chats.values()
+                if c.jobs or c.running is not None or (c.worker and not c.worker.done())]
+        return len(busy), sum(1 for c in busy if c.running is not None)
+
     def _maybe_supersede(self, chat: _ChatQueue, job: MessageJob) -> None:
         running = chat.running
         if (running is None or not running.is_messages or len(running.jobs) != 1

@@ -1,38 +1,108 @@
-"""The run loop of `threadline run` and `threadline chat`: start, wait, drain, stop."""
+"""The run loop of `threadline run` and `threadline chat`: start, wait, drain, stop.
+
+Under systemd (`Type=notify`) the loop also tells the service manager how it is doing:
+`READY=1` once the platforms are up, `STATUS=` lines, `STOPPING=1` when a stop begins and
+watchdog pings for the whole run (gateway/notify.py). Outside systemd that is all silent.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 
 from gateway.app import Gateway
+from gateway.notify import Notifier
+from gateway.router import ChatRouter
+
+log = logging.getLogger(__name__)
+
+STATUS_CHECK_S = 2.0  # the status line is compared with the router's state this often
+EXIT_SECOND_SIGNAL = 130  # a second SIGTERM/SIGINT: leave without finishing the drain
 
 
-async def serve(gateway: Gateway) -> int:
+async def serve(gateway: Gateway, notifier: Notifier | None = None) -> int:
     """Run until every platform ends by itself or a SIGTERM/SIGINT asks to stop.
 
     On a signal the gateway stops taking messages and lets running turns finish (bounded
     drain); a second signal leaves at once.
     """
+    if notifier is None:
+        notifier = Notifier.from_environment()
     stop = asyncio.Event()
-    _install_signals(stop)
-    async with gateway:
-        await gateway.start()
-        closed = asyncio.create_task(gateway.wait_closed())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (closed, stopping):
+    _install_signals(stop, notifier)
+    status = _StatusLine(notifier, gateway.router, stop)
+    background: list[asyncio.Task[None]] = []
+    try:
+        async with gateway:
+            if notifier.enabled:
+                # Pings cover start and drain too: a hang anywhere in the run is a hang.
+                background.append(asyncio.create_task(notifier.watchdog(), name="sd-watchdog"))
+            await gateway.start()
+            if not stop.is_set():  # a signal during start already said STOPPING
+                notifier.ready()
+            if notifier.enabled:
+                background.append(asyncio.create_task(status.keep(), name="sd-status"))
+            await _until_stopped(gateway, stop)
+            if not stop.is_set():  # the platforms ended by themselves; no signal said it
+                notifier.stopping()
+            status.update()
+            await gateway.stop()
+    finally:
+        for task in background:
             task.cancel()
-        await gateway.stop()
+        notifier.close()
     return 0
 
 
-def _install_signals(stop: asyncio.Event) -> None:
+async def _until_stopped(gateway: Gateway, stop: asyncio.Event) -> None:
+    closed = asyncio.create_task(gateway.wait_closed())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (closed, stopping):
+        task.cancel()
+
+
+class _StatusLine:
+    """The status line `systemctl status` shows, sent whenever it changes."""
+
+    def __init__(self, notifier: Notifier, router: ChatRouter, stop: asyncio.Event) -> None:
+        self._notifier = notifier
+        self._router = router
+        self._stop = stop
+        self._last = ""
+
+    def update(self) -> None:
+        chats, running = self._router.activity()
+        if self._stop.is_set():
+            line = f"Stopping: waiting for {_count(running, 'turn')} to finish"
+        else:
+            line = f"Ready: {_count(chats, 'chat')} active, {_count(running, 'turn')} running"
+        if line != self._last:
+            self._notifier.status(line)
+            self._last = line
+
+    async def keep(self) -> None:
+        while True:
+            self.update()
+            await asyncio.sleep(STATUS_CHECK_S)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _install_signals(stop: asyncio.Event, notifier: Notifier) -> None:
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
         if stop.is_set():
-            raise SystemExit(130)  # a second signal: leave now
+            log.warning("second stop signal: leaving now, without waiting for running turns")
+            raise SystemExit(EXIT_SECOND_SIGNAL)
+        # Said before draining starts, so systemd shows "deactivating" for the whole drain.
+        notifier.stopping()
+        log.info("stopping: no new messages; running turns may finish (a second signal "
+                 "leaves at once)")
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
