@@ -1,4 +1,5 @@
-"""Fake Anthropic Messages server: POST /v1/messages, validating the request like the real API.
+"""Fake Anthropic Messages server: POST /v1/messages, validating the request like the real API;
+GET /v1/models lists `models` (default: claude-fake).
 
 Usage is computed from the request: input_tokens = ceil(system + message chars × token_ratio / 4),
 output_tokens = ceil(reply chars / 4), cache read/creation 0.
@@ -205,7 +206,7 @@ class FakeAnthropic(FakeServer, ScriptedModel):
         return ProviderSettings(**{**values, **overrides})
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/v1/messages", self._messages)]
+        return [web.post("/v1/messages", self._messages), web.get("/v1/models", self._models)]
 
     def error_body(self, status: int, message: str) -> Any:
         return anthropic_error(message, _ERROR_TYPES.get(status, "api_error"))
@@ -235,6 +236,16 @@ class FakeAnthropic(FakeServer, ScriptedModel):
             return (f"input length and `max_tokens` exceed context limit: {prompt} + {wanted} > "
                     f"{limit}, decrease input length or `max_tokens` and try again")
         return None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        refusal = self._auth_refusal(request)
+        if refusal is not None:
+            return refusal
+        names = self.models or ["claude-fake"]
+        return json_response({
+            "data": [{"type": "model", "id": n, "display_name": n,
+                      "created_at": "2025-01-01T00:00:00Z"} for n in names],
+            "has_more": False, "first_id": names[0], "last_id": names[-1]})
 
     async def _messages(self, request: web.Request) -> web.Response:
         refusal = self._auth_refusal(request)

@@ -94,16 +94,25 @@ class FakeOpenAI(FakeServer, ScriptedModel):
         return self.count_tokens(request_chars(body))
 
     async def _models(self, request: web.Request) -> web.Response:
+        refusal = self._auth_refusal(request)
+        if refusal is not None:
+            return refusal
         names = self.models or ["fake-model"]
         return json_response({"object": "list", "data": [
             {"id": n, "object": "model", "created": 0, "owned_by": "fake"} for n in names]})
 
+    def _auth_refusal(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None or \
+                request.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return None
+        return json_response(openai_error(
+            "Incorrect API key provided. You can find your API key at "
+            "https://platform.openai.com/account/api-keys.", code="invalid_api_key"), 401)
+
     def _refusal(self, request: web.Request, body: Any) -> web.Response | None:
-        if self.api_key is not None:
-            if request.headers.get("Authorization") != f"Bearer {self.api_key}":
-                return json_response(openai_error(
-                    "Incorrect API key provided. You can find your API key at "
-                    "https://platform.openai.com/account/api-keys.", code="invalid_api_key"), 401)
+        refusal = self._auth_refusal(request)
+        if refusal is not None:
+            return refusal
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) \
                 or not body["messages"] or not body.get("model"):
             return json_response(openai_error("'messages' and 'model' are required"), 400)

@@ -1,0 +1,326 @@
+"""`threadline doctor`: one line per check of a setup, exit 1 if any fails.
+
+The doctor only looks. It opens the database read-only and never creates, migrates or
+rewrites it; it makes one free authenticated call per provider and platform; no secret
+reaches its output (errors go through `plain_error` with the secret as `known`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import sqlite3
+import tempfile
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ProviderError, plain_error
+from agent.providers.base import ProviderSettings
+from agent.providers.classify import extract_info
+from gateway.config import Config, ConfigError, require_platforms, resolve_config
+
+NETWORK_TIMEOUT_S = 5.0
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One check's verdict; `detail` is a single line with no secret in it."""
+
+    check: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok' if self.ok else 'FAIL':<6}{self.check:<12}{self.detail}"
+
+
+async def run(config_path: str | None) -> int:
+    """Check config, database, providers and platforms; print one line each; 0 if all pass."""
+    try:
+        config = resolve_config(config_path)
+    except ConfigError as exc:  # nothing else can be checked without a config
+        return _finish([Result("config", False, str(exc))])
+    source = str(config.source.absolute()) if config.source else \
+        "built-in defaults (no config file found)"
+    results = [Result("config", True, source),
+               await asyncio.to_thread(check_database, config)]
+    try:
+        require_platforms(config)  # `run` refuses to start without one
+    except ConfigError as exc:
+        results.append(Result("platforms", False, str(exc)))
+    for result in results:
+        print(result.line(), flush=True)
+    # The network checks are independent: run them together so the slowest bounds the wait.
+    remote = await asyncio.gather(*(_guarded(name, check, secret)
+                                    for name, check, secret in _network_checks(config)))
+    return _finish(remote, already=results)
+
+
+def _finish(results: Sequence[Result], already: Sequence[Result] = ()) -> int:
+    for result in results:
+        print(result.line(), flush=True)
+    problems = sum(not r.ok for r in [*already, *results])
+    print("all good" if not problems else f"{problems} problem{'s' if problems > 1 else ''}")
+    return 1 if problems else 0
+
+
+def _network_checks(config: Config) -> list[tuple[str, Awaitable[Result], str | None]]:
+    """(check name, the check, the secret it uses) for each provider and enabled platform."""
+    from gateway.wiring import main_settings, summary_settings
+
+    checks: list[tuple[str, Awaitable[Result], str | None]] = []
+    main = main_settings(config)
+    checks.append(("provider", check_provider("provider", main), main.api_key))
+    summary = summary_settings(config)
+    if summary is not None:
+        checks.append(("summary", check_provider("summary", summary), summary.api_key))
+    tg, dc = config.platforms.telegram, config.platforms.discord
+    if tg.enabled:
+        checks.append(("telegram", check_telegram(config), tg.token))
+    if dc.enabled:
+        checks.append(("discord", check_discord(config), dc.token))
+    return checks
+
+
+async def _guarded(check: str, work: Awaitable[Result], secret: str | None) -> Result:
+    """A check that breaks in a way we did not foresee still becomes one redacted line."""
+    try:
+        return await work
+    except Exception as exc:
+        return Result(check, False, plain_error(exc, with_type=True, known=secret))
+
+
+# --- database ----------------------------------------------------------------------------
+
+
+def check_database(config: Config) -> Result:
+    """The directory is writable; an existing file is healthy SQLite at a schema we know."""
+    db = config.db_path
+    hint = "choose a writable path" if config.storage.path else \
+        "set THREADLINE_HOME or storage.path"
+    problem = _unwritable(db)
+    if problem is not None:
+        return Result("database", False, f"cannot write {db} ({problem}); {hint}")
+    if not db.exists():
+        return Result("database", True, f"{db} does not exist yet; it will be created")
+    return _inspect(db)
+
+
+def _unwritable(db: Path) -> str | None:
+    """Why the store could not create or write `db`, without creating anything lasting."""
+    try:
+        if db.is_dir():
+            return "it is a directory"
+        # The store creates missing directories; what matters is the nearest that exists.
+        existing = db.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{existing} is not a directory"
+        with tempfile.TemporaryFile(dir=existing):
+            pass  # os.access says yes to root even on read-only mounts; a real file is sure
+        if db.exists() and not os.access(db, os.R_OK | os.W_OK):
+            return "permission denied"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None
+
+
+def _inspect(db: Path) -> Result:
+    try:
+        with db.open("rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        return Result("database", False, f"cannot read {db} ({(exc.strerror or '').lower()})")
+    if not header:
+        return Result("database", True, f"{db} is empty; it will be set up")
+    if not header.startswith(SQLITE_MAGIC):
+        return Result("database", False, f"{db} is not a SQLite database (damaged, or another "
+                                         "file); restore it from a backup or move it away")
+    try:
+        version, verdict = _read_only_check(db, wal=2 in header[18:20])
+    except sqlite3.Error as exc:
+        return Result("database", False, f"{db} cannot be read ({plain_error(exc)}); "
+                                         "restore it from a backup or move it away")
+    return _judge(db, version, verdict)
+
+
+def _read_only_check(db: Path, *, wal: bool) -> tuple[int, str]:
+    """(user_version, quick_check verdict), opened so that SQLite cannot write anything."""
+    uri = f"{db.absolute().as_uri()}?mode=ro"
+    if wal and not Path(f"{db}-wal").exists():
+        # No -wal file: nobody has the database open. A read-only open would still create
+        # -wal and -shm next to it, owned by whoever runs the doctor (often root), and the
+        # service could then not open its own database. `immutable` creates nothing.
+        uri += "&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, timeout=2)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+    return version, "; ".join(str(row[0]) for row in rows[:3])
+
+
+def _judge(db: Path, version: int, verdict: str) -> Result:
+    from storage.sqlite.schema import SCHEMA_VERSION
+
+    if verdict != "ok":
+        return Result("database", False, f"{db} is damaged (quick_check: {plain_error(verdict)});"
+                                         " restore it from a backup")
+    if version > SCHEMA_VERSION:
+        return Result("database", False, f"{db} has schema v{version}, newer than this "
+                                         f"Threadline understands (v{SCHEMA_VERSION}); "
+                                         "upgrade Threadline")
+    if version < SCHEMA_VERSION:
+        return Result("database", True, f"{db}: schema v{version} "
+                                        f"(will be migrated to v{SCHEMA_VERSION})")
+    return Result("database", True, f"{db}: schema v{version}")
+
+
+# --- providers ---------------------------------------------------------------------------
+
+
+async def check_provider(check: str, settings: ProviderSettings) -> Result:
+    """Local: the model file is there. Remote: list the models, which costs nothing."""
+    label = f"{settings.provider} {settings.model}"
+    if settings.provider == "local":
+        ok, detail = await asyncio.to_thread(_local_model, settings)
+        return Result(check, ok, f"{label}: {detail}")
+    if settings.provider == "openai":
+        import openai as sdk
+
+        client: Any = sdk.AsyncOpenAI(base_url=settings.base_url,
+                                      api_key=settings.api_key or "not-needed",
+                                      timeout=NETWORK_TIMEOUT_S, max_retries=0)
+    elif settings.provider == "anthropic":
+        import anthropic as sdk  # type: ignore[no-redef]
+
+        client = sdk.AsyncAnthropic(base_url=settings.base_url, api_key=settings.api_key,
+                                    timeout=NETWORK_TIMEOUT_S, max_retries=0)
+    else:
+        return Result(check, False, f"{label}: unknown provider")
+    where = f"{label} at {str(client.base_url).rstrip('/')}"
+    try:
+        await client.models.list()
+    except sdk.APIStatusError as exc:
+        refusal = _refusal(check, exc.status_code, exc.body, settings.api_key)
+        return Result(check, False, f"{where}: {refusal}")
+    except sdk.APIConnectionError as exc:
+        return Result(check, False, f"{where}: unreachable ({_network_reason(exc)})")
+    finally:
+        await client.close()
+    return Result(check, True, where)
+
+
+def _refusal(check: str, status: int, body: Any, api_key: str | None) -> str:
+    if status in (401, 403):
+        key = "model.api_key" if check == "provider" else "auxiliary.compression.api_key"
+        return f"the API key was refused ({status}); check {key}"
+    message = plain_error(extract_info(status, body).message, limit=160, known=api_key)
+    return f"HTTP {status}" + (f": {message}" if message else "")
+
+
+def _network_reason(exc: BaseException) -> str:
+    """The root cause of a failed connection in a few words, e.g. 'connection refused'."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # exception chains can loop; ten links reach any real root cause
+        if seen is None:
+            break
+        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
+            return f"no answer within {NETWORK_TIMEOUT_S:g} s"
+        if isinstance(seen, OSError) and seen.errno:
+            reason = os.strerror(seen.errno) if seen.errno > 0 else seen.strerror
+            return str(reason or seen).lower()
+        seen = seen.__cause__ or seen.__context__
+    return "connection failed"
+
+
+def _local_model(settings: ProviderSettings) -> tuple[bool, str]:
+    """The GGUF file exists and starts like one; loading it would take seconds and memory."""
+    from agent.providers.local import INSTALL_HINT, resolve_model_path
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return False, f"llama-cpp-python is not installed; {INSTALL_HINT}"
+    try:
+        path = resolve_model_path(settings)
+        with path.open("rb") as f:
+            magic = f.read(len(GGUF_MAGIC))
+    except ProviderError as exc:
+        return False, str(exc).removeprefix("local: ")
+    except OSError as exc:
+        return False, f"cannot read the model file ({(exc.strerror or '').lower()})"
+    if magic != GGUF_MAGIC:
+        return False, f"{path} is not a GGUF model file"
+    return True, str(path)
+
+
+# --- platforms ---------------------------------------------------------------------------
+
+
+async def check_telegram(config: Config) -> Result:
+    """getMe through python-telegram-bot, at the configured Bot API server."""
+    from telegram import Bot
+    from telegram.error import InvalidToken, NetworkError, TelegramError, TimedOut
+    from telegram.request import HTTPXRequest
+
+    tg = config.platforms.telegram
+    assert tg.token is not None  # validated: an enabled Telegram has a token
+    where = tg.base_url or "api.telegram.org"
+    requests = [HTTPXRequest(connect_timeout=NETWORK_TIMEOUT_S, read_timeout=NETWORK_TIMEOUT_S)
+                for _ in range(2)]
+    bot = Bot(tg.token, request=requests[0], get_updates_request=requests[1],
+              **({"base_url": tg.base_url} if tg.base_url else {}))
+    try:
+        await bot.initialize()  # calls getMe
+    except InvalidToken:  # its message quotes the token: never show it
+        return Result("telegram", False, f"token refused by {where}; "
+                                         "check platforms.telegram.token")
+    except TimedOut:
+        return Result("telegram", False, f"{where} unreachable "
+                                         f"(no answer within {NETWORK_TIMEOUT_S:g} s)")
+    except NetworkError as exc:
+        return Result("telegram", False, f"{where} unreachable ({_network_reason(exc)})")
+    except TelegramError as exc:
+        return Result("telegram", False, f"{where}: {plain_error(exc, known=tg.token)}")
+    finally:
+        await bot.shutdown()
+    return Result("telegram", True, f"@{bot.username} via {where}")
+
+
+async def check_discord(config: Config) -> Result:
+    """GET /users/@me through discord.py, at the configured REST base."""
+    import aiohttp
+    import discord
+    from discord.http import HTTPClient, Route
+
+    dc = config.platforms.discord
+    assert dc.token is not None  # validated: an enabled Discord has a token
+    http = HTTPClient(asyncio.get_running_loop())
+    old_base = Route.BASE
+    # discord.py has no per-client option; the class attribute is its only knob. Nothing
+    # else in this process uses discord.py while the doctor runs.
+    if dc.api_base:
+        Route.BASE = dc.api_base.rstrip("/")
+    where = Route.BASE
+    try:
+        async with asyncio.timeout(NETWORK_TIMEOUT_S):  # discord.py retries 5xx for ~25 s
+            user = await http.static_login(dc.token)
+    except discord.LoginFailure:
+        return Result("discord", False, f"token refused by {where}; "
+                                        "check platforms.discord.token")
+    except (TimeoutError, aiohttp.ClientConnectionError, OSError) as exc:
+        return Result("discord", False, f"{where} unreachable ({_network_reason(exc)})")
+    except discord.HTTPException as exc:
+        text = plain_error(exc.text or "", limit=160, known=dc.token)
+        return Result("discord", False, f"{where}: HTTP {exc.status}"
+                                        + (f": {text}" if text else ""))
+    finally:
+        Route.BASE = old_base
+        await http.close()
+    return Result("discord", True, f"{user['username']} via {where}")
