@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent import caching
 from agent.context_engine import (
     CompressionReport,
     ContextEngine,
@@ -269,7 +270,7 @@ class Agent:
         overflow_attempts = cap_attempts = 0
         while True:
             try:
-                completion = await self.provider.complete(self.messages.as_list(),
+                completion = await self.provider.complete(self._request(),
                                                           max_tokens=max_tokens)
             except ContextOverflowError as exc:
                 overflow_attempts += 1
@@ -291,6 +292,15 @@ class Agent:
                 continue
             self.ledger.record(completion.model or self.provider.model, "chat", completion.usage)
             return completion, compacted
+
+    def _request(self) -> list[dict[str, Any]]:
+        """The transcript as sent: with prompt-caching breakpoints where they apply."""
+        messages = self.messages.as_list()
+        ttl = self.provider.settings.cache_ttl
+        if not ttl:
+            return messages
+        style = "anthropic" if self.provider.kind == "anthropic" else "openai"
+        return caching.mark(messages, ttl, style)
 
     def _learn_window(self, limit: int | None) -> None:
         if limit and limit < self.engine.context_length:

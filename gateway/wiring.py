@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from agent import caching
 from agent.agent import AgentSettings
 from agent.engines import resolve_engine_factory
 from agent.providers.base import ProviderSettings
@@ -35,7 +36,19 @@ def main_settings(config: Config) -> ProviderSettings:
         provider=m.provider, model=m.name, base_url=m.base_url, api_key=m.api_key,
         context_length=m.context_length, max_output_tokens=m.max_output_tokens,
         timeout_s=m.timeout_s, max_retries=m.max_retries,
+        cache_ttl=(config.prompt_caching.cache_ttl if caching.applies(m.provider, m.name)
+                   else None),
     )
+
+
+def log_caching(settings: ProviderSettings) -> None:
+    """One line at startup: is the conversation prefix cached, for which model, how long."""
+    if settings.cache_ttl:
+        log.info("prompt caching: on for %s (%s), ttl %s", settings.model, settings.provider,
+                 settings.cache_ttl)
+    else:
+        log.info("prompt caching: off for %s (%s): only Claude models are cached",
+                 settings.model, settings.provider)
 
 
 def summary_settings(config: Config) -> ProviderSettings | None:
@@ -74,7 +87,9 @@ def build_store(config: Config) -> SessionStore:
 
 def build_conversations(config: Config, store: SessionStore) -> Conversations:
     """Providers, the context engine (resolved now: an unknown name fails at startup)."""
-    provider = build_provider(main_settings(config))
+    settings = main_settings(config)
+    log_caching(settings)
+    provider = build_provider(settings)
     aux = summary_settings(config)
     summary_provider = build_provider(aux) if aux is not None else provider
     engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)

@@ -23,6 +23,7 @@ class ProviderSettings:
     timeout_s: float = 120.0
     max_retries: int = 2
     model_path: str | None = None  # local provider: explicit GGUF path (tests, operators)
+    cache_ttl: str | None = None  # prompt caching breakpoints on chat calls ("5m", "1h")
 
 
 @dataclass(frozen=True)
