@@ -1,8 +1,9 @@
 """Fake Anthropic Messages server: POST /v1/messages, validating the request like the real API;
 GET /v1/models lists `models` (default: claude-fake).
 
-Usage is computed from the request: input_tokens = ceil(system + message chars × token_ratio / 4),
-output_tokens = ceil(reply chars / 4), cache read/creation 0.
+Usage is computed from the request: the prompt is ceil(system + message chars × token_ratio / 4)
+tokens, split into input_tokens, cache_read_input_tokens and cache_creation_input_tokens by
+the prompt cache (`anthropic_cache`); output_tokens = ceil(reply chars / 4).
 """
 
 from __future__ import annotations
@@ -10,10 +11,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from tests.harness.anthropic_cache import (
+    DEFAULT_MIN_CACHEABLE_TOKENS,
+    PromptCache,
+    prompt_blocks,
+    ttl_order_problem,
+)
 from tests.harness.base import (
     FakeServer,
     Responder,
@@ -21,7 +30,6 @@ from tests.harness.base import (
     estimate_tokens,
     json_response,
     run_cli,
-    text_of,
 )
 
 MAX_CACHE_BLOCKS = 4
@@ -44,9 +52,14 @@ def anthropic_error(message: str, type_: str = "invalid_request_error") -> dict[
 def _check_cache_control(value: Any, where: str) -> int:
     if value is None:
         return 0
-    if not isinstance(value, dict) or value.get("type") != "ephemeral" \
-            or value.get("ttl", "5m") not in ("5m", "1h") or set(value) - {"type", "ttl"}:
-        raise InvalidRequest(f"{where}.cache_control: invalid cache_control {value!r}")
+    where = f"{where}.cache_control"
+    if not isinstance(value, dict) or value.get("type") != "ephemeral":
+        raise InvalidRequest(f"{where}.type: Input should be 'ephemeral'")
+    if value.get("ttl", "5m") not in ("5m", "1h"):
+        raise InvalidRequest(f"{where}.ttl: Input should be '5m' or '1h'")
+    extras = sorted(set(value) - {"type", "ttl"})
+    if extras:
+        raise InvalidRequest(f"{where}.{extras[0]}: Extra inputs are not permitted")
     return 1
 
 
@@ -161,14 +174,7 @@ def validate_request(body: Any) -> None:
 
 def request_chars(body: dict[str, Any]) -> int:
     """Characters the fake bills as input: system, text, tool inputs and tool results."""
-    total = len(text_of(body.get("system")))
-    for message in body.get("messages") or []:
-        for block in _blocks(message.get("content")):
-            if block.get("type") == "tool_use":
-                total += len(block.get("name", "")) + len(json.dumps(block.get("input", {})))
-            else:
-                total += len(text_of([block]))
-    return total
+    return sum(block.chars for block in prompt_blocks(body))
 
 
 class FakeAnthropic(FakeServer, ScriptedModel):
@@ -177,12 +183,20 @@ class FakeAnthropic(FakeServer, ScriptedModel):
     Same knobs as FakeOpenAI: responder (text, or an OpenAI-format assistant message with
     tool_calls), queue_reply, context_limit, enforce_output_room, max_output_tokens, api_key
     (checked against x-api-key or Authorization: Bearer), models.
+
+    Prompt caching: min_cacheable_tokens, clock (seconds; `advance()` moves it forward),
+    enforce_ttl_order (refuse a 1h marker after a 5m one, as the real API does; off by
+    default until every caller's test data obeys it); counters cache_reads and cache_writes
+    (tokens) and cache_entries (live entries); `usages` holds each answered request's usage.
     """
 
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
                  enforce_output_room: bool = False, max_output_tokens: int | None = None,
                  api_key: str | None = None, models: list[str] | None = None,
-                 token_ratio: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
+                 token_ratio: float = 1.0,
+                 min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
+                 clock: Callable[[], float] | None = None, enforce_ttl_order: bool = False,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
         FakeServer.__init__(self, host=host, port=port)
         ScriptedModel.__init__(self, responder, token_ratio)
         self.context_limit = context_limit
@@ -190,6 +204,12 @@ class FakeAnthropic(FakeServer, ScriptedModel):
         self.max_output_tokens = max_output_tokens
         self.api_key = api_key
         self.models = models
+        self.min_cacheable_tokens = min_cacheable_tokens
+        self.clock: Callable[[], float] = clock or time.monotonic
+        self.enforce_ttl_order = enforce_ttl_order
+        self.usages: list[dict[str, Any]] = []
+        self._cache = PromptCache()
+        self._skew = 0.0
         self._ids = itertools.count(1)
 
     @property
@@ -207,6 +227,48 @@ class FakeAnthropic(FakeServer, ScriptedModel):
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self._messages), web.get("/v1/models", self._models)]
+
+    # --- prompt cache -----------------------------------------------------------------------
+    def now(self) -> float:
+        """The cache's time in seconds: `clock()` plus everything `advance()` added."""
+        return self.clock() + self._skew
+
+    def advance(self, seconds: float) -> None:
+        """Move the cache's clock forward, e.g. past a TTL."""
+        self._skew += seconds
+
+    @property
+    def cache_reads(self) -> int:
+        """Prompt tokens served from the cache so far."""
+        return self._cache.read_tokens
+
+    @property
+    def cache_writes(self) -> int:
+        """Prompt tokens written to the cache so far."""
+        return self._cache.written_tokens
+
+    @property
+    def cache_entries(self) -> int:
+        """Cached prefixes that have not expired."""
+        return self._cache.live_entries(self.now())
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix (the counters keep their totals)."""
+        self._cache.clear()
+
+    def usage_totals(self) -> dict[str, int]:
+        """Each top-level token count summed over `usages`."""
+        totals: dict[str, int] = {}
+        for usage in self.usages:
+            for key, value in usage.items():
+                if isinstance(value, int):
+                    totals[key] = totals.get(key, 0) + value
+        return totals
+
+    def reset(self) -> None:
+        """Forget recorded calls, usages and pending injections; the cache stays warm."""
+        super().reset()
+        self.usages.clear()
 
     def error_body(self, status: int, message: str) -> Any:
         return anthropic_error(message, _ERROR_TYPES.get(status, "api_error"))
@@ -256,6 +318,9 @@ class FakeAnthropic(FakeServer, ScriptedModel):
             validate_request(body)
         except (json.JSONDecodeError, InvalidRequest) as exc:
             return json_response(anthropic_error(str(exc)), 400)
+        misordered = ttl_order_problem(prompt_blocks(body)) if self.enforce_ttl_order else None
+        if misordered is not None:
+            return json_response(anthropic_error(misordered), 400)
         if self.models is not None and body["model"] not in self.models:
             return json_response(anthropic_error(f"model: {body['model']}", "not_found_error"),
                                  404)
@@ -276,12 +341,14 @@ class FakeAnthropic(FakeServer, ScriptedModel):
                              "name": call["function"]["name"],
                              "input": json.loads(args) if args else {}})
         output = estimate_tokens(len(text) + sum(len(c["function"]["arguments"]) for c in calls))
+        usage = self._cache.settle(prompt_blocks(body), self.count_tokens, now=self.now(),
+                                   min_tokens=self.min_cacheable_tokens)
+        usage["output_tokens"] = output
+        self.usages.append(usage)
         return {
             "id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
             "model": body["model"], "content": content, "stop_reason": stop,
-            "stop_sequence": None,
-            "usage": {"input_tokens": self.prompt_tokens(body), "output_tokens": output,
-                      "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+            "stop_sequence": None, "usage": usage,
         }
 
 
