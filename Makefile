@@ -49,6 +49,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/telegram.py
 	$(BIN)/python bench/discord.py
+	$(BIN)/python bench/caching.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
