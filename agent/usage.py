@@ -67,21 +67,47 @@ def from_anthropic(usage: Any) -> CanonicalUsage:
         output_tokens=_int(_get(usage, "output_tokens")),
         cache_read_tokens=_int(_get(usage, "cache_read_input_tokens")),
         cache_write_tokens=_int(_get(usage, "cache_creation_input_tokens")),
+        # Thinking is already inside output_tokens: kept for reporting, never added.
+        reasoning_tokens=_int(_get(_get(usage, "output_tokens_details"), "thinking_tokens")),
     )
+
+
+def _without_cache(total: int, details: Any, usage: Any, *write_keys: str
+                   ) -> tuple[int, int, int]:
+    """(uncached input, cache read, cache write) of an OpenAI-shaped prompt total that
+    includes both. Cache writes are reported by some routers only, under varying names."""
+    cached = _int(_get(details, "cached_tokens"))
+    written = next((n for key in write_keys for source in (details, usage)
+                    if (n := _int(_get(source, key)))), 0)
+    return max(total - cached - written, 0), cached, written
 
 
 def from_openai_chat(usage: Any) -> CanonicalUsage:
     """Chat Completions: prompt_tokens includes cached tokens, which we split out."""
-    details = _get(usage, "prompt_tokens_details")
-    cached = _int(_get(details, "cached_tokens"))
-    written = _int(_get(details, "cache_write_tokens")) or _int(_get(usage, "cache_write_tokens"))
-    prompt = _int(_get(usage, "prompt_tokens"))
-    completion_details = _get(usage, "completion_tokens_details")
+    uncached, cached, written = _without_cache(
+        _int(_get(usage, "prompt_tokens")), _get(usage, "prompt_tokens_details"), usage,
+        "cache_write_tokens")
     return CanonicalUsage(
-        input_tokens=max(prompt - cached - written, 0),
+        input_tokens=uncached,
         output_tokens=_int(_get(usage, "completion_tokens")),
         cache_read_tokens=cached,
         cache_write_tokens=written,
         # Already inside completion_tokens: kept for reporting, never added to output.
-        reasoning_tokens=_int(_get(completion_details, "reasoning_tokens")),
+        reasoning_tokens=_int(_get(_get(usage, "completion_tokens_details"),
+                                   "reasoning_tokens")),
+    )
+
+
+def from_openai_responses(usage: Any) -> CanonicalUsage:
+    """Responses API: input_tokens includes cached tokens, which we split out."""
+    uncached, cached, written = _without_cache(
+        _int(_get(usage, "input_tokens")), _get(usage, "input_tokens_details"), usage,
+        "cache_creation_tokens", "cache_write_tokens")
+    return CanonicalUsage(
+        input_tokens=uncached,
+        output_tokens=_int(_get(usage, "output_tokens")),
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        # Already inside output_tokens: kept for reporting, never added to output.
+        reasoning_tokens=_int(_get(_get(usage, "output_tokens_details"), "reasoning_tokens")),
     )

@@ -11,6 +11,7 @@ from gateway.auth import Authorizer
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.conversations import Conversations
 from gateway.jobs import CommandJob, MessageJob, recovery_jobs
+from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
 from gateway.router import ChatRouter
@@ -37,7 +38,9 @@ class Gateway:
     def __init__(self, store: SessionStore, conversations: Conversations,
                  platforms: Sequence[PlatformFactory], *, auth: Authorizer,
                  commands: CommandTable | None = None, coalesce_ms: int = 1500,
-                 resets: ResetPolicy | None = None, clock: Clock = utc_now) -> None:
+                 resets: ResetPolicy | None = None, clock: Clock = utc_now,
+                 metrics: Metrics | None = None, metrics_at: tuple[str, int] | None = None
+                 ) -> None:
         self.store = store
         self.conversations = conversations
         self.auth = auth
@@ -46,12 +49,15 @@ class Gateway:
         for make in platforms:
             adapter = make(self.handle)
             self.adapters[adapter.name] = adapter
-        self.outbound = Outbound(self.adapters, store)
+        self.metrics = metrics or Metrics()
+        self._metrics_at = metrics_at  # (listen, port) of the endpoint; None: no endpoint
+        self.outbound = Outbound(self.adapters, store, self.metrics)
         self.resets = Resets(resets or ResetPolicy(), store, conversations, clock,
                              busy=lambda key: self.router.running(key) is not None)
         self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth,
-                                 self.resets)
+                                 self.resets, self.metrics)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
+        self.metrics.watch_router(self.router.activity)
         self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
         self._connecting: list[asyncio.Task[None]] = []
@@ -87,6 +93,8 @@ class Gateway:
         self._state = "running"
         self._ran = True
         self.resets.start()
+        if self._metrics_at is not None:
+            self.metrics.serve(*self._metrics_at)
         for adapter in self.adapters.values():
             if not await self._bring_up(adapter):
                 self._connecting.append(asyncio.create_task(self._keep_connecting(adapter)))
@@ -148,6 +156,7 @@ class Gateway:
             return
         await self.stop()
         self._state = "closed"
+        self.metrics.close()
         for adapter in self.adapters.values():
             try:
                 await adapter.shutdown()

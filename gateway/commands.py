@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar
 
 from gateway.auth import Authorizer
 from gateway.conversations import Conversations
 from gateway.jobs import Running, Stopped
+from gateway.pricing import cost_line, estimate
 from platforms.base import InboundMessage
 from storage.base import SessionStore
+from storage.models import UsageTotals
 
 T = TypeVar("T")
 Access = Literal["allowed", "manage"]  # manage: the user in a DM, admins in a group
@@ -162,21 +164,37 @@ async def _status(call: CommandCall) -> str:
     ])
 
 
+def _summed(parts: list[UsageTotals]) -> UsageTotals:
+    return UsageTotals(**{f.name: sum(getattr(p, f.name) for p in parts)
+                          for f in fields(UsageTotals)})
+
+
+def _hit_rate(totals: UsageTotals) -> str:
+    """Cache reads as a share of everything the model read (input + cache read + write)."""
+    prompt = totals.input_tokens + totals.cache_read_tokens + totals.cache_write_tokens
+    return f"{100 * totals.cache_read_tokens / prompt:.1f}%" if prompt else "n/a"
+
+
 async def _usage(call: CommandCall) -> str:
     session, agent = await call.conversations.view(call.msg.chat_key)
-    totals = await call.store.usage_totals(session.id)
+    # One read, split by model: the totals and the cost always describe the same calls.
+    by_model = await call.store.usage_by_model(session.id)
+    totals = _summed(list(by_model.values()))
     status = agent.status()
+    model = agent.provider.model
     return "\n".join([
         "Usage over this chat's whole history:",
         f"Input: {_n(totals.input_tokens)}",
         f"Cache read: {_n(totals.cache_read_tokens)}",
         f"Cache write: {_n(totals.cache_write_tokens)}",
         f"Output: {_n(totals.output_tokens)}",
-        f"Reasoning: {_n(totals.reasoning_tokens)}",
+        f"Reasoning: {_n(totals.reasoning_tokens)} (part of output)",
         f"Calls: {_n(totals.calls)}",
+        f"Cache hit rate: {_hit_rate(totals)}",
+        # The last call's prompt, never a running total: what the next call starts from.
         f"Context fill: {_n(status.last_prompt_tokens)} / {_n(status.context_length)} "
         f"({status.usage_percent:.0f}%)",
-        "Cost: no prices configured for this model",
+        cost_line(estimate(by_model, call.conversations.prices, model), model),
     ])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -22,7 +22,9 @@ from agent.providers.base import Provider
 from agent.tokens import estimate_message, estimate_text, over_share
 from agent.usage import UsageEntry
 from gateway.hygiene import needs_hygiene
+from gateway.metrics import Metrics
 from gateway.outbound import Outgoing
+from gateway.pricing import Price
 from platforms.base import ChatRef, Chunk
 from storage.base import SessionStore
 from storage.errors import ContinuationConflict
@@ -87,8 +89,12 @@ class Conversations:
 
     def __init__(self, store: SessionStore, *, provider: Provider,
                  summary_provider: Provider | None, engine_factory: EngineFactory,
-                 system_prompt: str, settings: AgentSettings, max_agents: int = 256) -> None:
+                 system_prompt: str, settings: AgentSettings, max_agents: int = 256,
+                 prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None
+                 ) -> None:
         self.store = store
+        self.metrics = metrics or Metrics()
+        self.prices: Mapping[str, Price] = dict(prices or {})  # by model, for /usage
         self.provider = provider
         self.summary_provider = summary_provider or provider
         self.engine_factory = engine_factory
@@ -254,6 +260,8 @@ class Conversations:
                 after=(*turn.before, *turn.after), replied=turn.replied, usage=turn.usage,
                 delivery=delivery))
             return
+        if result.compaction is not None:
+            self.metrics.compactions.labels("automatic").inc()
         if live.id != session.id:
             agent.session_started(live.id, parent_session_id=session.id)
         self._remember(chat_key, live.id, agent)
@@ -265,14 +273,21 @@ class Conversations:
         log.info("chat %s: session %s is past 85%% of the window; compacting first",
                  chat.key, session.id)
         result = await agent.compact(force=False)
-        live = await self.persist_compaction(chat.key, session, agent, result)
+        live = await self.persist_compaction(chat.key, session, agent, result,
+                                             trigger="hygiene")
         return live, [Outgoing(notice) for notice in result.notices]
 
     # --- compaction outside a turn -------------------------------------------------------
     async def persist_compaction(self, chat_key: str, session: SessionRecord, agent: Agent,
-                                 result: CompactResult) -> SessionRecord:
+                                 result: CompactResult, trigger: str = "manual"
+                                 ) -> SessionRecord:
         if result.compaction is None and result.report is None and not result.usage:
             return session  # nothing happened that the store needs to know
+        report = result.report
+        if result.compaction is not None:
+            self.metrics.compactions.labels(trigger).inc()
+        elif report is not None and (report.outcome == "aborted" or report.error):
+            self.metrics.compactions.labels("failed").inc()
         state = agent.export_state()
         usage = usage_records(result.usage)
         if result.compaction is None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.budget import SendBudget
+from gateway.metrics import Metrics
 from platforms.base import (
     ChatRef,
     Chunk,
@@ -45,9 +46,11 @@ class Outgoing:
 class Outbound:
     """Sends through the adapters; a platform error is logged and reported, never raised."""
 
-    def __init__(self, adapters: Mapping[str, PlatformAdapter], store: SessionStore) -> None:
+    def __init__(self, adapters: Mapping[str, PlatformAdapter], store: SessionStore,
+                 metrics: Metrics | None = None) -> None:
         self.adapters = adapters
         self.store = store
+        self.metrics = metrics or Metrics()
         self.budgets = {name: SendBudget(a.limits) for name, a in adapters.items()}
 
     def render(self, chat: ChatRef, text: str) -> list[Chunk]:
@@ -138,6 +141,8 @@ class Outbound:
                 log.warning("%s: %s is rate limited for %.1f s", adapter.name, chat.key,
                             exc.retry_after)
                 budget.pause(chat.key, exc.retry_after)
+                self.metrics.rate_limited.labels(adapter.name).inc()
+                self.metrics.paused.labels(adapter.name).inc(exc.retry_after)
                 if rate_limits > MAX_RATE_LIMITS:
                     return False
             except Undeliverable as exc:

@@ -10,20 +10,23 @@ from typing import Any
 
 from agent.messages import content_text
 from storage.base import SessionStore
-from storage.models import SessionRecord
+from storage.models import SessionRecord, UsageTotals
 
 
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def _session_dict(s: SessionRecord) -> dict[str, Any]:
+def _session_dict(s: SessionRecord, usage: UsageTotals) -> dict[str, Any]:
+    """One session and the tokens spent in it (its own calls, not its chain's)."""
     return {
         "id": s.id, "chat_key": s.chat_key, "parent_session_id": s.parent_session_id,
         "kind": s.kind, "end_reason": s.end_reason, "started_at": s.started_at,
         "ended_at": s.ended_at, "message_count": s.message_count,
-        "compression_count": s.compression_count, "input_tokens": s.input_tokens,
-        "output_tokens": s.output_tokens, "model": s.model,
+        "compression_count": s.compression_count, "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens, "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens, "calls": usage.calls, "model": s.model,
     }
 
 
@@ -36,7 +39,8 @@ async def run(store: SessionStore, args: argparse.Namespace) -> int:
     if action == "list":
         sessions = await store.list_sessions(args.chat_key)
         if args.json:
-            _dump([_session_dict(s) for s in sessions])
+            usage = await store.usage_by_session([s.id for s in sessions])
+            _dump([_session_dict(s, usage.get(s.id, UsageTotals())) for s in sessions])
             return 0
         print(f"{'id':34} {'chat':20} {'kind':11} {'ended':11} {'msgs':>5} {'in':>8} "
               f"{'out':>7}  started / parent")

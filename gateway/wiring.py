@@ -18,6 +18,8 @@ from gateway.auth import Authorizer
 from gateway.commands import CommandTable
 from gateway.config import Config
 from gateway.conversations import Conversations
+from gateway.metrics import MeteredProvider, Metrics
+from gateway.pricing import Price
 from gateway.resets import Clock, ResetPolicy, utc_now
 from platforms.base import PlatformFactory
 from platforms.console import ConsoleAdapter
@@ -85,17 +87,26 @@ def build_store(config: Config) -> SessionStore:
     return SqliteSessionStore(config.db_path)
 
 
-def build_conversations(config: Config, store: SessionStore) -> Conversations:
-    """Providers, the context engine (resolved now: an unknown name fails at startup)."""
+def build_conversations(config: Config, store: SessionStore,
+                        metrics: Metrics | None = None) -> Conversations:
+    """Providers (each call counted in `metrics`), the context engine (resolved first: an
+    unknown name fails at startup before anything else is said)."""
+    engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
+    metrics = metrics or Metrics()
     settings = main_settings(config)
     log_caching(settings)
-    provider = build_provider(settings)
+    main = build_provider(settings)
     aux = summary_settings(config)
-    summary_provider = build_provider(aux) if aux is not None else provider
-    engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
+    # The summarizer gets a meter of its own even when it is the main model, so calls are
+    # counted by purpose.
+    provider = MeteredProvider(main, metrics, "chat")
+    summary_provider = MeteredProvider(build_provider(aux) if aux is not None else main,
+                                       metrics, "summary")
+    prices = {model: Price.per_million(p.input, p.output, p.cache_read, p.cache_write)
+              for model, p in config.prices.items()}
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
-                         settings=agent_settings(config))
+                         settings=agent_settings(config), prices=prices, metrics=metrics)
 
 
 def telegram_settings(config: Config) -> TelegramSettings:
@@ -140,7 +151,10 @@ def platform_factories(config: Config, *, console: bool,
 def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
                    commands: CommandTable | None = None, clock: Clock = utc_now) -> Gateway:
     store = build_store(config)
-    return Gateway(store, build_conversations(config, store), platforms,
+    metrics = Metrics()
+    m = config.metrics
+    return Gateway(store, build_conversations(config, store, metrics), platforms,
                    auth=Authorizer(config), commands=commands,
                    coalesce_ms=config.gateway.coalesce_ms,
-                   resets=ResetPolicy.from_config(config.gateway.session_reset), clock=clock)
+                   resets=ResetPolicy.from_config(config.gateway.session_reset), clock=clock,
+                   metrics=metrics, metrics_at=(m.listen, m.port) if m.port else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
@@ -17,6 +18,7 @@ from gateway.auth import Authorizer
 from gateway.commands import CommandCall, CommandTable, Refusal
 from gateway.conversations import Conversations
 from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
+from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Resets
 from platforms.base import ChatRef, InboundMessage
@@ -37,9 +39,11 @@ class ChatWorker:
     """Processes one chat's batches, called by the router in the chat's order."""
 
     def __init__(self, store: SessionStore, conversations: Conversations, outbound: Outbound,
-                 commands: CommandTable, auth: Authorizer, resets: Resets) -> None:
+                 commands: CommandTable, auth: Authorizer, resets: Resets,
+                 metrics: Metrics) -> None:
         self.store = store
         self.resets = resets
+        self.metrics = metrics
         self.conversations = conversations
         self.outbound = outbound
         self.commands = commands
@@ -116,6 +120,7 @@ class ChatWorker:
         if notice:
             await self.outbound.send(chat, notice)
         typing = asyncio.create_task(self.outbound.keep_typing(chat))
+        started = time.monotonic()
         failure: str | None = None
         try:
             prepared = await self._until_stopped(
@@ -126,13 +131,18 @@ class ChatWorker:
         finally:
             typing.cancel()
         if prepared is None:
-            return await self._not_answered(chat, records, failure or running.stop_reason)
+            outcome = failure or running.stop_reason or "failed"
+            self.metrics.turns.labels(outcome).inc()
+            return await self._not_answered(chat, records, outcome)
         try:
             committed = await self.conversations.commit(
                 prepared, lambda text: self.outbound.render(chat, text))
         except Exception:
             log.exception("storing the turn failed in %s", chat_key)
+            self.metrics.turns.labels("failed").inc()
             return await self._not_answered(chat, records, "failed")
+        self.metrics.turns.labels("failed" if prepared.failure else "answered").inc()
+        self.metrics.turn_seconds.observe(time.monotonic() - started)
         await self.outbound.send_all(chat, committed.before)
         if committed.reply:
             await self._deliver(chat, records, committed.reply)
@@ -143,6 +153,7 @@ class ChatWorker:
                        reply: Sequence[Delivery]) -> None:
         """Send a stored reply; the store marks its messages answered with the last chunk."""
         if not await self.outbound.deliver(chat, reply, records[-1].message_id):
+            self.metrics.undelivered.labels(chat.platform).inc()
             log.warning("chat %s: part of a reply could not be sent; the rest goes out after "
                         "a restart", chat.key)
 

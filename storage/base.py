@@ -185,3 +185,12 @@ class SessionStore(ABC):
     @abstractmethod
     async def usage_totals(self, session_id: str) -> UsageTotals:
         """Sums over every session of the chain that contains session_id."""
+
+    @abstractmethod
+    async def usage_by_model(self, session_id: str) -> dict[str, UsageTotals]:
+        """The same chain-wide sums, split by the model that spent them (for prices)."""
+
+    @abstractmethod
+    async def usage_by_session(self, session_ids: list[str]) -> dict[str, UsageTotals]:
+        """Each listed session's own sums (not its chain's); sessions without usage are
+        left out."""

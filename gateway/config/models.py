@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -51,6 +54,10 @@ def _user_id(value: Any) -> Any:
     if isinstance(value, str) and value.strip():
         return value.strip()
     raise ValueError(f"expected a user id (number or string), got {value!r}")
+
+
+def _none_to_mapping(value: Any) -> Any:
+    return {} if value is None else value
 
 
 def _upper(value: Any) -> Any:
@@ -123,6 +130,53 @@ class AuxiliaryConfig(Section):
 
 class PromptCachingConfig(Section):
     cache_ttl: Literal["5m", "1h"] = "5m"
+
+
+_USD = "expected a number >= 0 (USD per million tokens)"
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # YAML `true` would pass as 1.0
+        raise ValueError(f"{_USD}, got {str(value).lower()}")
+    return value
+
+
+def _usd(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(_USD)
+    return value
+
+
+Usd = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_usd)]
+
+
+class ModelPrice(Section):
+    """One model's prices in USD per million tokens, for /usage's cost estimate."""
+
+    input: Usd
+    output: Usd
+    # Omitted: input x 0.1 for cache reads and input x 1.25 for cache writes, Anthropic's
+    # published ratios (5-minute cache); applied in gateway/pricing.py.
+    cache_read: Usd | None = None
+    cache_write: Usd | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        # Said here, not by extra="forbid": the error reporter cannot see inside the mapping
+        # of model names, and a typo must not hide behind "output is required".
+        for key in data if isinstance(data, dict) else ():
+            if key not in cls.model_fields:
+                known = list(cls.model_fields)
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(known)
+                raise ValueError(f"unknown key '{key}' ({hint})")
+        return data
+
+
+class MetricsConfig(Section):
+    listen: str = "127.0.0.1"
+    port: int | None = Field(None, ge=0, le=65535)  # a port turns the Prometheus endpoint on
 
 
 class StorageConfig(Section):
@@ -249,7 +303,10 @@ class Config(Section):
     context: ContextConfig = Field(default_factory=ContextConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     prompt_caching: PromptCachingConfig = Field(default_factory=PromptCachingConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    prices: Annotated[dict[str, ModelPrice], BeforeValidator(_none_to_mapping)] = Field(
+        default_factory=dict)  # by model name, as the provider names it
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)

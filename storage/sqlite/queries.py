@@ -282,10 +282,15 @@ _ONE_INBOUND = "WHERE platform = ? AND chat_id = ? AND message_id = ?"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
 INBOUND_BY_IDS = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id {IN_IDS} ORDER BY received_at, id"
 OPEN_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN} ORDER BY received_at, id"
-USAGE_TOTALS = (f"{CHAIN} SELECT COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),"
-                " COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),"
-                " COALESCE(SUM(reasoning), 0), COUNT(*)"
-                " FROM usage WHERE session_id IN (SELECT id FROM chain)")
+# The columns `rows.usage_totals` reads, summed over the selected usage rows.
+_USAGE_SUMS = ("COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),"
+               " COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),"
+               " COALESCE(SUM(reasoning), 0), COUNT(*)")
+_CHAIN_USAGE = "FROM usage WHERE session_id IN (SELECT id FROM chain)"
+USAGE_TOTALS = f"{CHAIN} SELECT {_USAGE_SUMS} {_CHAIN_USAGE}"
+USAGE_BY_MODEL = f"{CHAIN} SELECT model, {_USAGE_SUMS} {_CHAIN_USAGE} GROUP BY model"
+USAGE_BY_SESSION = (f"SELECT session_id, {_USAGE_SUMS} FROM usage WHERE session_id {IN_IDS}"
+                    " GROUP BY session_id")
 
 
 def chain_params(session_id: str) -> dict[str, Any]:

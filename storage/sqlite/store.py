@@ -347,6 +347,16 @@ class SqliteSessionStore(SessionStore):
         row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params))
         return rows.usage_totals(row)
 
+    async def usage_by_model(self, session_id: str) -> dict[str, UsageTotals]:
+        params = q.chain_params(session_id)
+        return dict(await self._read(lambda db: q.fetch_all(
+            db, q.USAGE_BY_MODEL, params, lambda r: (r[0], rows.usage_totals(r[1:])))))
+
+    async def usage_by_session(self, session_ids: list[str]) -> dict[str, UsageTotals]:
+        ids = json.dumps(list(session_ids))
+        return dict(await self._read(lambda db: q.fetch_all(
+            db, q.USAGE_BY_SESSION, (ids,), lambda r: (r[0], rows.usage_totals(r[1:])))))
+
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         return await self._read(lambda db: q.fetch_all(
             db, q.CHAT_ACTIVITY, (chat_key,), lambda r: ChatActivity(r[0], r[1], float(r[2]))))

@@ -252,6 +252,34 @@ def test_secrets_from_the_environment_are_never_echoed(tmp_path: Path) -> None:
     assert "very-secret" not in message
 
 
+def test_prices_by_model_with_cache_prices_optional(tmp_path: Path) -> None:
+    text = ("prices:\n"
+            "  claude-sonnet-4-5: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}\n"
+            "  gpt-4.1-mini: {input: 0.40, output: 1.60}\n")
+    prices = load_config(write(tmp_path, text), env={}).prices
+    assert prices["claude-sonnet-4-5"].cache_write == 3.75
+    mini = prices["gpt-4.1-mini"]
+    # Left out, not guessed here: gateway/pricing.py applies the default ratios.
+    assert (mini.input, mini.output, mini.cache_read, mini.cache_write) == (0.4, 1.6, None, None)
+    assert load_config(write(tmp_path, "prices:\n"), env={}).prices == {}
+    assert load_config(EXAMPLE, env=EXAMPLE_ENV).prices == {}
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ("{input: -1, output: 2}", "prices.m.input: expected a number >= 0 (USD per million tokens)"),
+    ("{input: 1, output: .inf}", "prices.m.output: expected a number >= 0"),
+    ("{input: true, output: 2}", "prices.m.input: expected a number >= 0 (USD per million "
+                                 "tokens), got true"),
+    ("{input: cheap, output: 2}", "prices.m.input: expected a number, got 'cheap'"),
+    ("{input: 1}", "prices.m.output: is required"),
+    ("{input: 1, ouput: 2}", "prices.m: unknown key 'ouput' (did you mean 'output'?)"),
+    ("3", "prices.m: expected a mapping of keys, got 3"),
+], ids=["negative", "infinite", "bool", "text", "missing-output", "typo", "not-a-mapping"])
+def test_a_bad_price_is_one_line_naming_model_and_key(tmp_path: Path, entry: str,
+                                                       expected: str) -> None:
+    assert expected in error_of(tmp_path, f"prices:\n  m: {entry}\n")
+
+
 def test_run_needs_a_platform(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "platforms: {console: {enabled: false}}\n"), env={})
     with pytest.raises(ConfigError, match=r"config.yaml: platforms: no platform is enabled"):

@@ -1,0 +1,123 @@
+"""Prometheus metrics: what operators watch without reading logs (docs/operations.md,
+"Metrics").
+
+One `Metrics` per gateway, with its own registry (no process-wide state). Counting is
+always on and cheap; the HTTP endpoint opens only when `metrics.port` is set. Provider
+calls are counted by wrapping each provider (`MeteredProvider`), so chat turns,
+summaries, overflow retries and failed calls are all seen in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from agent.errors import ProviderError
+from agent.providers.base import Completion, Provider
+from agent.usage import CanonicalUsage
+
+log = logging.getLogger(__name__)
+
+TOKEN_KINDS = ("input", "cache_read", "cache_write", "output", "reasoning")
+COMPACTION_TRIGGERS = ("automatic", "manual", "hygiene", "failed")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.turns = Counter("threadline_turns", "Message turns, by outcome", ["outcome"],
+                             registry=r)
+        self.turn_seconds = Histogram(
+            "threadline_turn_seconds", "Time from taking a batch to its reply being stored",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160), registry=r)
+        self.calls = Counter("threadline_provider_calls", "Provider calls that answered",
+                             ["model", "purpose"], registry=r)
+        self.errors = Counter("threadline_provider_errors", "Provider calls that failed",
+                              ["model", "kind"], registry=r)
+        self.tokens = Counter("threadline_tokens", "Tokens, by model and kind",
+                              ["model", "kind"], registry=r)
+        self.cache_hit = Gauge("threadline_cache_hit_ratio",
+                               "Prompt tokens read from cache / all prompt tokens", registry=r)
+        self.compactions = Counter("threadline_compactions", "Compactions, by trigger",
+                                   ["trigger"], registry=r)
+        self.rate_limited = Counter("threadline_outbound_rate_limited",
+                                    "429s from a platform", ["platform"], registry=r)
+        self.paused = Counter("threadline_outbound_paused_seconds",
+                              "Seconds chats were paused by platform rate limits",
+                              ["platform"], registry=r)
+        self.undelivered = Counter("threadline_undelivered_replies",
+                                   "Replies left (partly) unsent for the next start",
+                                   ["platform"], registry=r)
+        self.queue_depth = Gauge("threadline_chats_busy", "Chats with queued or running work",
+                                 registry=r)
+        self.running = Gauge("threadline_turns_running", "Batches running now", registry=r)
+        self._prompt = self._read = 0
+        self._server: Any = None
+
+    # --- recording --------------------------------------------------------------------
+    def usage(self, model: str, purpose: str, usage: CanonicalUsage) -> None:
+        self.calls.labels(model, purpose).inc()
+        for kind in TOKEN_KINDS:
+            value = getattr(usage, f"{kind}_tokens")
+            if value:
+                self.tokens.labels(model, kind).inc(value)
+        self._prompt += usage.prompt_tokens
+        self._read += usage.cache_read_tokens
+        if self._prompt:
+            self.cache_hit.set(self._read / self._prompt)
+
+    def watch_router(self, activity: Callable[[], tuple[int, int]]) -> None:
+        """Queue depth and running turns, read at scrape time."""
+        self.queue_depth.set_function(lambda: activity()[0])
+        self.running.set_function(lambda: activity()[1])
+
+    # --- the endpoint -----------------------------------------------------------------
+    def serve(self, listen: str, port: int) -> None:
+        server, _thread = start_http_server(port, addr=listen, registry=self.registry)
+        self._server = server
+        log.info("metrics: serving Prometheus metrics on http://%s:%d/metrics", listen,
+                 server.server_port)
+
+    @property
+    def port(self) -> int | None:
+        return self._server.server_port if self._server is not None else None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class MeteredProvider(Provider):
+    """A provider whose every call is counted: answered (with its tokens) or failed."""
+
+    def __init__(self, inner: Provider, metrics: Metrics, purpose: str) -> None:
+        super().__init__(inner.settings)
+        self.kind = inner.kind
+        self.inner = inner
+        self.metrics = metrics
+        self.purpose = purpose
+
+    @property
+    def context_length(self) -> int:
+        return self.inner.context_length
+
+    async def complete(self, messages: list[dict[str, Any]], **kw: Any) -> Completion:
+        started = time.monotonic()
+        try:
+            completion = await self.inner.complete(messages, **kw)
+        except ProviderError as exc:
+            self.metrics.errors.labels(self.model, type(exc).__name__).inc()
+            raise
+        log.debug("%s call to %s took %.2f s", self.purpose, self.model,
+                  time.monotonic() - started)
+        self.metrics.usage(completion.model or self.model, self.purpose, completion.usage)
+        return completion
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
