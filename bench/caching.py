@@ -43,7 +43,7 @@ async def conversation(turns: int, window: int) -> dict[str, float]:
     await fake.start()
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(write_config(
-            Path(tmp), model={"provider": "anthropic", "name": "claude-sonnet-4-5",
+            Path(tmp), model={"provider": "anthropic", "name": "claude-test-model",
                               "base_url": fake.url, "api_key": "bench-key",
                               "context_length": window, "max_output_tokens": 512},
             compression={"protect_last_n": 6}))
