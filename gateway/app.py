@@ -90,6 +90,7 @@ class Gateway:
         if self._state != "initialized":
             raise RuntimeError(f"start() needs an initialized gateway, not a {self._state} one")
         await self.store.begin_run()  # after an unclean exit: checks the file first
+        self.conversations.log_startup()
         self._state = "running"
         self._ran = True
         self.resets.start()

@@ -104,6 +104,16 @@ class Conversations:
         self._agents: OrderedDict[str, tuple[str, Agent]] = OrderedDict()
         self._max_agents = max_agents
 
+    def log_startup(self) -> None:
+        """One line: is the conversation prefix cached, for which model, for how long."""
+        settings = self.provider.settings
+        if settings.cache_ttl:
+            log.info("prompt caching: on for %s (%s), ttl %s", settings.model,
+                     settings.provider, settings.cache_ttl)
+        else:
+            log.info("prompt caching: off for %s (%s): only Claude models are cached",
+                     settings.model, settings.provider)
+
     async def aclose(self) -> None:
         await self.provider.aclose()
         if self.summary_provider is not self.provider:

@@ -43,16 +43,6 @@ def main_settings(config: Config) -> ProviderSettings:
     )
 
 
-def log_caching(settings: ProviderSettings) -> None:
-    """One line at startup: is the conversation prefix cached, for which model, how long."""
-    if settings.cache_ttl:
-        log.info("prompt caching: on for %s (%s), ttl %s", settings.model, settings.provider,
-                 settings.cache_ttl)
-    else:
-        log.info("prompt caching: off for %s (%s): only Claude models are cached",
-                 settings.model, settings.provider)
-
-
 def summary_settings(config: Config) -> ProviderSettings | None:
     """None when `auxiliary.compression.provider` is auto: the live main model summarizes."""
     aux = config.auxiliary.compression
@@ -93,9 +83,7 @@ def build_conversations(config: Config, store: SessionStore,
     unknown name fails at startup before anything else is said)."""
     engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
     metrics = metrics or Metrics()
-    settings = main_settings(config)
-    log_caching(settings)
-    main = build_provider(settings)
+    main = build_provider(main_settings(config))
     aux = summary_settings(config)
     # The summarizer gets a meter of its own even when it is the main model, so calls are
     # counted by purpose.
