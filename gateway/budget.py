@@ -28,6 +28,10 @@ class SendBudget:
         self._bot_sent: deque[float] = deque()  # every call in the last second
         self._waiting: dict[str, int] = {}  # chat -> sends waiting for their turn
         self._turns: dict[str, asyncio.Lock] = {}  # chat -> the queue of those sends
+        # Chats whose own turn has come queue here, first come first served, for the bot-wide
+        # rate: without a queue every waiter wakes when a slot frees and a few win over and
+        # over, starving the rest.
+        self._bot_turn = asyncio.Lock()
 
     def pause(self, chat_key: str, seconds: float) -> None:
         """The platform said "retry after": nothing goes to this chat before then."""
@@ -40,12 +44,10 @@ class SendBudget:
         lock = self._turns.setdefault(chat_key, asyncio.Lock())
         try:
             async with lock:  # first come, first served: a chat's messages keep their order
-                while True:
-                    delay = self._delay(chat_key, group)
-                    if delay <= 0:
-                        break
-                    await asyncio.sleep(delay)
-                self._book(chat_key, group)
+                await self._until(lambda: self._chat_delay(chat_key, group))
+                async with self._bot_turn:
+                    await self._until(self._bot_delay)
+                    self._book(chat_key, group)
         finally:
             self._waiting[chat_key] -= 1
             if not self._waiting[chat_key]:
@@ -54,27 +56,39 @@ class SendBudget:
                     self._turns.pop(chat_key, None)
 
     def typing_allowed(self, chat_key: str, *, group: bool) -> bool:
-        """Typing is dropped first: only for an idle chat whose next send could go now."""
-        if self._waiting.get(chat_key) or self._delay(chat_key, group) > 0:
+        """Typing is dropped first: only for an idle chat whose next send could go now, and
+        while no send waits for the bot-wide rate."""
+        if self._waiting.get(chat_key) or self._bot_turn.locked():
+            return False
+        if self._chat_delay(chat_key, group) > 0 or self._bot_delay() > 0:
             return False
         if self.limits.per_bot_per_second:  # it is a call too, but holds no chat slot
             self._bot_sent.append(self._clock())
         return True
 
-    def _delay(self, chat_key: str, group: bool) -> float:
+    @staticmethod
+    async def _until(delay: Callable[[], float]) -> None:
+        """Sleep until `delay()` says the time has come (a clock, not an event: no one
+        signals the end of a rate window)."""
+        while (wait := delay()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(wait)
+
+    def _chat_delay(self, chat_key: str, group: bool) -> float:
         now = self._clock()
-        waits = [self._next.get(chat_key, 0.0) - now]
+        wait = self._next.get(chat_key, 0.0) - now
         per_group = self.limits.per_group_per_minute
         if group and per_group:
             sent = self._window(self._group_sent.setdefault(chat_key, deque()), MINUTE_S)
             if len(sent) >= per_group:
-                waits.append(sent[0] + MINUTE_S - now)
+                wait = max(wait, sent[0] + MINUTE_S - now)
+        return wait
+
+    def _bot_delay(self) -> float:
         per_bot = self.limits.per_bot_per_second
-        if per_bot:
-            sent = self._window(self._bot_sent, 1.0)
-            if len(sent) >= per_bot:
-                waits.append(sent[0] + 1.0 - now)
-        return max(waits)
+        if not per_bot:
+            return 0.0
+        sent = self._window(self._bot_sent, 1.0)
+        return sent[0] + 1.0 - self._clock() if len(sent) >= per_bot else 0.0
 
     def _window(self, sent: deque[float], span: float) -> deque[float]:
         cutoff = self._clock() - span
