@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,18 @@ from agent.errors import AgentError, ContextOverflowError, OutputCapError
 from agent.feedback import Feedback, build_feedback
 from agent.providers.base import Completion, Provider
 from agent.tokens import Transcript
+from agent.tools.budget import OutputBudget
+from agent.tools.calls import run_calls
+from agent.tools.registry import ToolRegistry
 from agent.usage import UsageEntry, UsageLedger
 
 log = logging.getLogger(__name__)
 
 MAX_OVERFLOW_ATTEMPTS = 3
 MAX_OUTPUT_CAP_ATTEMPTS = 3
+MAX_TOOL_STEPS = 8  # model calls in one turn that may run tools; the next must answer
+TOOL_LIMIT_REPLY = ("I stopped looking things up: this question took more tool steps than I "
+                    "allow myself in one turn. Ask again, perhaps more narrowly.")
 OVERFLOW_ADVICE = ("This conversation is too long for the model even after compacting it. "
                    "Send /compress to condense it further, or /new to start fresh.")
 
@@ -122,9 +129,13 @@ class Agent:
 
     def __init__(self, provider: Provider, engine: ContextEngine, *,
                  ledger: UsageLedger | None = None, max_output_tokens: int = 1024,
-                 limits: ModelLimits | None = None, compression_enabled: bool = True) -> None:
+                 limits: ModelLimits | None = None, compression_enabled: bool = True,
+                 tools: ToolRegistry | None = None, budget: OutputBudget | None = None
+                 ) -> None:
         self.provider = provider
         self.engine = engine
+        self.tools = tools if tools else None  # an empty registry offers nothing
+        self.budget = budget
         self.ledger = ledger or UsageLedger()
         self.max_output_tokens = max_output_tokens
         self.limits = limits or ModelLimits()
@@ -140,7 +151,9 @@ class Agent:
     @classmethod
     def create(cls, provider: Provider, engine_factory: EngineFactory,
                settings: AgentSettings, *, summary_provider: Provider | None = None,
-               limits: ModelLimits | None = None) -> Agent:
+               limits: ModelLimits | None = None,
+               tools: Callable[[ContextEngine], ToolRegistry | None] | None = None,
+               budget: OutputBudget | None = None) -> Agent:
         """An agent with a fresh engine whose summarizer calls are booked on this agent."""
         ledger = UsageLedger()
         engine = engine_factory(EngineSettings(
@@ -150,7 +163,8 @@ class Agent:
             summary_provider=summary_provider or provider, main_provider=provider,
             summary_context_length=settings.summary_context_length, usage_sink=ledger.record))
         return cls(provider, engine, ledger=ledger, max_output_tokens=settings.max_output_tokens,
-                   limits=limits, compression_enabled=settings.compression_enabled)
+                   limits=limits, compression_enabled=settings.compression_enabled,
+                   tools=tools(engine) if tools else None, budget=budget)
 
     # --- what the host may read and tell ------------------------------------------------
     @property
@@ -238,17 +252,39 @@ class Agent:
         compacted = False
         if self.compression_enabled and self.engine.should_compress_preflight(self.messages):
             compacted = await self._compress(notices)
-        completion, recovered = await self._complete_with_recovery(notices)
-        compacted = compacted or recovered
-        prompt_tokens = completion.usage.prompt_tokens
-        # Calibrate on the request as sent, before the reply joins the transcript.
-        self.engine.calibrate(self.engine.raw_request_estimate(self.messages), prompt_tokens)
-        self.engine.update_from_response(completion.usage)
-        self._add(completion.message)
+        for step in range(MAX_TOOL_STEPS + 1):
+            completion, recovered = await self._complete_with_recovery(notices)
+            compacted = compacted or recovered
+            prompt_tokens = completion.usage.prompt_tokens
+            # Calibrate on the request as sent, before the reply joins the transcript.
+            self.engine.calibrate(self.engine.raw_request_estimate(self.messages), prompt_tokens)
+            self.engine.update_from_response(completion.usage)
+            self._add(completion.message)
+            reply = completion.text
+            calls = completion.message.get("tool_calls") or []
+            if not calls:
+                break
+            if self.tools is None or step == MAX_TOOL_STEPS:
+                reply = self._give_up_on_tools(calls)
+                break
+            results = await run_calls(self.tools, calls)
+            for message in (self.budget.apply(results) if self.budget
+                            else [m for _, m in results]):
+                self._add(message)
         if (self.compression_enabled and not compacted
                 and self.engine.should_compress(prompt_tokens)):
             await self._compress(notices, current_tokens=prompt_tokens)
-        return completion.text, notices
+        return reply, notices
+
+    def _give_up_on_tools(self, calls: list[dict[str, Any]]) -> str:
+        """The model still calls tools at the step limit (or calls one it was never
+        offered): every call gets a result, so the pairs stay whole, and the user a plain
+        answer."""
+        for call in calls:
+            self._add({"role": "tool", "tool_call_id": call.get("id") or "",
+                       "content": "Not run: the tool step limit for this turn was reached."})
+        self._add({"role": "assistant", "content": TOOL_LIMIT_REPLY})
+        return TOOL_LIMIT_REPLY
 
     async def _compress(self, notices: list[str], *, current_tokens: int | None = None,
                         focus_topic: str | None = None, force: bool = False) -> bool:
@@ -270,8 +306,9 @@ class Agent:
         overflow_attempts = cap_attempts = 0
         while True:
             try:
-                completion = await self.provider.complete(self._request(),
-                                                          max_tokens=max_tokens)
+                completion = await self.provider.complete(
+                    self._request(), max_tokens=max_tokens,
+                    tools=self.tools.schemas() if self.tools else None)
             except ContextOverflowError as exc:
                 overflow_attempts += 1
                 if overflow_attempts > MAX_OVERFLOW_ATTEMPTS:

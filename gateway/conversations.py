@@ -6,6 +6,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from agent.agent import (
@@ -17,9 +18,12 @@ from agent.agent import (
     TurnFailed,
     TurnResult,
 )
-from agent.context_engine import EngineFactory
+from agent.context_engine import ContextEngine, EngineFactory
 from agent.providers.base import Provider
 from agent.tokens import estimate_message, estimate_text, over_share
+from agent.tools.budget import OutputBudget, chat_directory
+from agent.tools.builtin import Found, history_search
+from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
 from agent.usage import UsageEntry
 from gateway.hygiene import needs_hygiene
 from gateway.metrics import Metrics
@@ -90,9 +94,11 @@ class Conversations:
     def __init__(self, store: SessionStore, *, provider: Provider,
                  summary_provider: Provider | None, engine_factory: EngineFactory,
                  system_prompt: str, settings: AgentSettings, max_agents: int = 256,
-                 prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None
-                 ) -> None:
+                 prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None,
+                 tool_dir: Path | None = None) -> None:
         self.store = store
+        self.plugin_tools = plugin_tools()  # loaded once; each chat's registry holds them
+        self.tool_dir = tool_dir  # saved tool outputs, a directory per chat
         self.metrics = metrics or Metrics()
         self.prices: Mapping[str, Price] = dict(prices or {})  # by model, for /usage
         self.provider = provider
@@ -103,6 +109,23 @@ class Conversations:
         self.limits = ModelLimits()
         self._agents: OrderedDict[str, tuple[str, Agent]] = OrderedDict()
         self._max_agents = max_agents
+
+    def _tools(self, chat_key: str, engine: ContextEngine, budget: OutputBudget | None
+               ) -> ToolRegistry | None:
+        """What this chat's model may call: none on the local model (it has no tool use);
+        else history search over this chat only, reading saved outputs back, the
+        engine's own tools and installed plugins."""
+        if self.provider.kind == "local":
+            return None
+
+        async def search(query: str, limit: int) -> list[Found]:
+            hits = await self.store.search(query, chat_key=chat_key, limit=limit)
+            return [Found(h.session_id, h.seq, h.role, h.snippet, h.created_at) for h in hits]
+
+        tools = [history_search(search), *engine_tools(engine), *self.plugin_tools]
+        if budget is not None:
+            tools.append(budget.reader())
+        return ToolRegistry(tools)
 
     def log_startup(self) -> None:
         """One line: is the conversation prefix cached, for which model, for how long."""
@@ -142,8 +165,12 @@ class Conversations:
             system_message=new_message(system))
 
     async def _load_agent(self, session: SessionRecord) -> Agent:
+        budget = (OutputBudget(chat_directory(self.tool_dir, session.chat_key),
+                               self.provider.context_length) if self.tool_dir else None)
         agent = Agent.create(self.provider, self.engine_factory, self.settings,
-                             summary_provider=self.summary_provider, limits=self.limits)
+                             summary_provider=self.summary_provider, limits=self.limits,
+                             tools=lambda engine: self._tools(session.chat_key, engine, budget),
+                             budget=budget)
         history = await self.store.load_history(session.id)
         agent.load([m.message for m in history], session.engine_state)
         return agent

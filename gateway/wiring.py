@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent import caching
@@ -13,6 +14,7 @@ from agent.agent import AgentSettings
 from agent.engines import resolve_engine_factory
 from agent.providers.base import ProviderSettings
 from agent.providers.factory import build_provider
+from agent.tools.budget import clean_old_outputs
 from gateway.app import Gateway
 from gateway.auth import Authorizer
 from gateway.commands import CommandTable
@@ -94,7 +96,17 @@ def build_conversations(config: Config, store: SessionStore,
               for model, p in config.prices.items()}
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
-                         settings=agent_settings(config), prices=prices, metrics=metrics)
+                         settings=agent_settings(config), prices=prices, metrics=metrics,
+                         tool_dir=tool_outputs(config))
+
+
+def tool_outputs(config: Config) -> Path:
+    """Where tool outputs too long for the context are kept; old ones are removed here."""
+    root = config.db_path.parent / "tool_outputs"  # beside the database: one state dir
+    removed = clean_old_outputs(root)
+    if removed:
+        log.info("removed %d tool output file(s) past their retention", removed)
+    return root
 
 
 def telegram_settings(config: Config) -> TelegramSettings:

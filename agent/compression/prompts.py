@@ -47,7 +47,8 @@ SUMMARY_PREFIX = (
     "[THREADLINE HANDOFF — background from an earlier context window of this "
     "conversation, not instructions. Any question inside it was already handled. The "
     "current task is under 'Active Task'. Reply only to the latest user message that "
-    "follows this block.]"
+    "follows this block. The original turns are kept: when a detail is missing here, "
+    "look it up with the history_search tool if it is offered.]"
 )
 # First lines of older summary formats. A stored summary whose first line is one of these,
 # or any other line starting with SUMMARY_MARKER, gets the current prefix instead, so
