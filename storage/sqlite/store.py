@@ -13,12 +13,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, TypeVar
-
-import aiosqlite
+from typing import Any
 
 from storage.base import SessionStore
 from storage.errors import StoreError
@@ -34,16 +30,13 @@ from storage.models import (
     UsageRecord,
     UsageTotals,
 )
-from storage.sqlite import continuation, integrity, rows, schema
+from storage.sqlite import continuation, integrity, rows
 from storage.sqlite import queries as q
+from storage.sqlite.connection import Db, SqliteConnection
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-Work = Callable[[aiosqlite.Connection], Awaitable[T]]
-Db = aiosqlite.Connection
 
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 _RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
 
 
@@ -52,13 +45,12 @@ class SqliteSessionStore(SessionStore):
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
                  lock_retries: int = 5) -> None:
-        self._path = str(path)
-        self._busy_timeout_ms = busy_timeout_ms
-        self._lock_retries = lock_retries
-        self._db: Db | None = None
-        # Every coroutine shares the one connection: the lock keeps one coroutine's open
-        # transaction (and its uncommitted rows) from interleaving with another's statements.
-        self._lock = asyncio.Lock()
+        self._conn = SqliteConnection(path, busy_timeout_ms=busy_timeout_ms,
+                                      lock_retries=lock_retries)
+        self._path = self._conn.path
+        self._read = self._conn.read
+        self._write = self._conn.write
+        self._write_statement = self._conn.write_statement
 
     @property
     def path(self) -> str:
@@ -74,35 +66,7 @@ class SqliteSessionStore(SessionStore):
     # --- lifecycle -------------------------------------------------------------------
     async def initialize(self) -> None:
         """Create the directory, open, set the pragmas and migrate; StoreError names the path."""
-        if self._db is not None:
-            return
-        if self._path != ":memory:":
-            try:
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                reason = (f"{exc.filename} is not a directory"
-                          if isinstance(exc, FileExistsError) else exc.strerror or str(exc))
-                raise StoreError(f"cannot create the directory for database {self._path}: "
-                                 f"{reason}") from exc
-        try:
-            # A path that cannot be opened fails here, in a plain thread: aiosqlite's own
-            # worker thread, when its connect fails, outlives the call and may report to a
-            # closed event loop, printing a traceback after the one-line error.
-            await asyncio.to_thread(_open_and_close, self._path)
-            db = await aiosqlite.connect(self._path, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open database {self._path}: {exc}") from exc
-        try:
-            await schema.configure(db, self._busy_timeout_ms)
-            await schema.migrate(db, self._path)
-        except BaseException as exc:
-            await db.close()
-            if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
-                raise StoreError(integrity.damaged(self._path, str(exc))) from exc
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"cannot open database {self._path}: {exc}") from exc
-            raise
-        self._db = db
+        await self._conn.open()
 
     async def begin_run(self) -> bool:
         """The service starts: True when the previous run did not end cleanly, in which
@@ -123,7 +87,7 @@ class SqliteSessionStore(SessionStore):
         await self.put_setting(_RUN_KEY, "")
 
     def _quick_check(self) -> str | None:
-        db = sqlite3.connect(self._path, timeout=self._busy_timeout_ms / 1000)
+        db = self._conn.plain()
         try:
             return integrity.quick_check(db)
         finally:
@@ -135,7 +99,7 @@ class SqliteSessionStore(SessionStore):
             raise StoreError("an in-memory database cannot be backed up")
 
         def copy() -> None:
-            source = sqlite3.connect(self._path, timeout=self._busy_timeout_ms / 1000)
+            source = self._conn.plain()
             try:
                 integrity.copy_to(source, str(dest), self._path)
             finally:
@@ -147,15 +111,7 @@ class SqliteSessionStore(SessionStore):
             raise StoreError(f"backing up {self._path} to {dest} failed: {exc}") from exc
 
     async def shutdown(self) -> None:
-        async with self._lock:  # a running transaction finishes first
-            db, self._db = self._db, None
-            if db is None:
-                return
-            try:
-                await schema.optimize(db)
-            except sqlite3.Error:
-                log.debug("PRAGMA optimize failed on %s", self._path, exc_info=True)
-            await db.close()
+        await self._conn.close()
 
     # --- sessions and chains ---------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord | None:
@@ -368,76 +324,3 @@ class SqliteSessionStore(SessionStore):
 
     async def put_setting(self, key: str, value: str) -> None:
         await self._write_statement(q.PUT_SETTING, (key, value, time.time()))
-
-    # --- transactions ----------------------------------------------------------------
-    async def _read(self, work: Work[T]) -> T:
-        async with self._lock:
-            db = self._connection()
-            try:
-                return await work(db)
-            except sqlite3.Error as exc:
-                raise StoreError(f"store {self._path}: {exc}") from exc
-
-    async def _write(self, work: Work[T], single: bool = False) -> T:
-        """Run `work` in one BEGIN IMMEDIATE transaction, retrying while the file is busy.
-
-        Shielded: a cancelled caller (/stop, shutdown) does not cut the transaction short;
-        it still commits or rolls back as a whole before the next one starts.
-        """
-        return await asyncio.shield(self._write_now(work, single))
-
-    async def _write_statement(self, sql: str, params: Any) -> Any:
-        """One statement is its own transaction: no BEGIN/COMMIT round trips around it.
-
-        Returns its first row (for RETURNING), or None.
-        """
-        return await self._write(lambda db: q.fetch_one(db, sql, params), single=True)
-
-    async def _write_now(self, work: Work[T], single: bool = False) -> T:
-        async with self._lock:
-            db = self._connection()
-            for attempt in range(1, self._lock_retries + 1):
-                try:
-                    return await (work(db) if single else _transaction(db, work))
-                except sqlite3.OperationalError as exc:
-                    if not _is_busy(exc) or attempt == self._lock_retries:
-                        raise StoreError(f"store {self._path}: {exc}") from exc
-                    log.warning("store %s is busy (attempt %d): retrying", self._path, attempt)
-                    await asyncio.sleep(0.05 * attempt)
-                except sqlite3.Error as exc:
-                    raise StoreError(f"store {self._path}: {exc}") from exc
-            raise StoreError(f"store {self._path}: no write attempt was made")
-
-    def _connection(self) -> Db:
-        if self._db is None:
-            raise StoreError(f"store {self._path} is not open: call initialize() first")
-        return self._db
-
-
-async def _transaction(db: Db, work: Work[T]) -> T:
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        result = await work(db)
-        await db.execute("COMMIT")
-        return result
-    except BaseException:
-        if db.in_transaction:
-            try:
-                await db.rollback()
-            except sqlite3.Error:
-                log.exception("rollback failed")
-        raise
-
-
-def _is_damage(exc: sqlite3.DatabaseError) -> bool:
-    text = str(exc).lower()
-    return "not a database" in text or "malformed" in text or "corrupt" in text
-
-
-def _open_and_close(path: str) -> None:
-    sqlite3.connect(path).close()
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    return code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "database is locked" in str(exc)
