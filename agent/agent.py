@@ -141,6 +141,8 @@ class Agent:
         self.limits = limits or ModelLimits()
         self.compression_enabled = compression_enabled
         self.messages: Transcript = engine.new_transcript()
+        if self.tools:  # the schemas go with every request: count them in its size
+            self.messages.set_request_overhead(tools=self.tools.schemas())
         self._new: list[dict[str, Any]] = []  # what this turn added to the transcript
         self._split: int | None = None  # len(_new) at the last compaction of this turn
         self._accepts_force = accepts_keyword(engine.compress, "force")

@@ -119,8 +119,15 @@ class Conversations:
             return None
 
         async def search(query: str, limit: int) -> list[Found]:
-            hits = await self.store.search(query, chat_key=chat_key, limit=limit)
-            return [Found(h.session_id, h.seq, h.role, h.snippet, h.created_at) for h in hits]
+            # Earlier tool results would echo old searches back, and a message carried
+            # verbatim into a continuation is stored twice: keep one of each text.
+            hits = await self.store.search(query, chat_key=chat_key, limit=limit * 4)
+            found, seen = [], set()
+            for h in hits:
+                if h.role != "tool" and h.snippet not in seen:
+                    seen.add(h.snippet)
+                    found.append(Found(h.session_id, h.seq, h.role, h.snippet, h.created_at))
+            return found[:limit]
 
         tools = [history_search(search), *engine_tools(engine), *self.plugin_tools]
         if budget is not None:
