@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_OVERFLOW_ATTEMPTS = 3
 MAX_OUTPUT_CAP_ATTEMPTS = 3
+NO_TOOLS_REPLY = "I tried to look something up, but I have no tools here. Please ask again."
 MAX_TOOL_STEPS = 8  # model calls in one turn that may run tools; the next must answer
 TOOL_LIMIT_REPLY = ("I stopped looking things up: this question took more tool steps than I "
                     "allow myself in one turn. Ask again, perhaps more narrowly.")
@@ -267,7 +268,8 @@ class Agent:
             if not calls:
                 break
             if self.tools is None or step == MAX_TOOL_STEPS:
-                reply = self._give_up_on_tools(calls)
+                reply = self._give_up_on_tools(
+                    calls, TOOL_LIMIT_REPLY if self.tools else (reply or NO_TOOLS_REPLY))
                 break
             results = await run_calls(self.tools, calls)
             for message in (self.budget.apply(results) if self.budget
@@ -278,15 +280,17 @@ class Agent:
             await self._compress(notices, current_tokens=prompt_tokens)
         return reply, notices
 
-    def _give_up_on_tools(self, calls: list[dict[str, Any]]) -> str:
+    def _give_up_on_tools(self, calls: list[dict[str, Any]], reply: str) -> str:
         """The model still calls tools at the step limit (or calls one it was never
         offered): every call gets a result, so the pairs stay whole, and the user a plain
         answer."""
+        why = ("the tool step limit for this turn was reached" if self.tools
+               else "no tools are available here")
         for call in calls:
             self._add({"role": "tool", "tool_call_id": call.get("id") or "",
-                       "content": "Not run: the tool step limit for this turn was reached."})
-        self._add({"role": "assistant", "content": TOOL_LIMIT_REPLY})
-        return TOOL_LIMIT_REPLY
+                       "content": f"Not run: {why}."})
+        self._add({"role": "assistant", "content": reply})
+        return reply
 
     async def _compress(self, notices: list[str], *, current_tokens: int | None = None,
                         focus_topic: str | None = None, force: bool = False) -> bool:

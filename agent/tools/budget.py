@@ -28,6 +28,7 @@ PREVIEW_CHARS = 1_500
 READ_LIMIT = 8_000  # what one read returns by default
 RETENTION_S = 30 * 24 * 3600.0
 _FILE_ID = re.compile(r"^[0-9a-f]{32}\.txt$")
+_ID_SHAPE = "0" * 32 + ".txt"  # as long as every file id
 
 
 def _clamp(value: float, low: int, high: int) -> int:
@@ -64,7 +65,9 @@ class OutputBudget:
         for i in by_size:
             if sum(len(str(m["content"])) for m in messages) <= self.per_turn:
                 break
-            if not messages[i]["content"].startswith("[Saved output"):
+            text = messages[i]["content"]
+            # Saving only helps a result longer than the block that would replace it.
+            if not text.startswith("[Saved output") and len(_block(text, _ID_SHAPE)) < len(text):
                 messages[i] = self._saved(messages[i])
         return messages
 
@@ -73,10 +76,7 @@ class OutputBudget:
         self.directory.mkdir(parents=True, exist_ok=True)
         file_id = f"{uuid.uuid4().hex}.txt"
         (self.directory / file_id).write_text(text, encoding="utf-8")
-        block = (f"[Saved output: {len(text):,} characters, too long to keep here. File "
-                 f"{file_id}; read any part with read_saved_output(file=\"{file_id}\", "
-                 f"offset=0, limit={READ_LIMIT}). It begins:]\n{text[:PREVIEW_CHARS]}")
-        return {**message, "content": block}
+        return {**message, "content": _block(text, file_id)}
 
     def read(self, file_id: str, offset: int = 0, limit: int = READ_LIMIT) -> str:
         """Exactly text[offset:offset + limit] of a saved output of this chat."""
@@ -103,6 +103,12 @@ class OutputBudget:
                             "limit": {"type": "integer", "minimum": 1,
                                       "description": "how many characters to return"}}},
                     saves_output=False)
+
+
+def _block(text: str, file_id: str) -> str:
+    return (f"[Saved output: {len(text):,} characters, too long to keep here. File "
+            f"{file_id}; read any part with read_saved_output(file=\"{file_id}\", "
+            f"offset=0, limit={READ_LIMIT}). It begins:]\n{text[:PREVIEW_CHARS]}")
 
 
 def clean_old_outputs(root: Path, retention_s: float = RETENTION_S) -> int:
