@@ -385,3 +385,32 @@ def test_the_default_retention_keeps_thirty_days_of_outputs(tmp_path: Path) -> N
 
     assert clean_old_outputs(root) == 1
     assert [path.exists() for path in paths] == [True, False]
+
+
+async def test_the_context_engines_own_tools_are_offered_and_answered_by_it(
+        fake_openai: FakeOpenAI, provider: Make) -> None:
+    from agent.agent import Agent, AgentSettings
+    from agent.tools.registry import engine_tools
+    from tests.harness.engines import DropOldest
+
+    class WithNotes(DropOldest):
+        def get_tool_schemas(self) -> list[dict[str, Any]]:
+            return [{"type": "function", "function": {
+                "name": "engine_notes", "description": "what the engine remembers",
+                "parameters": {"type": "object", "properties": {}}}}]
+
+        def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+            return f"{name}: the engine remembers the blue door"
+
+    fake_openai.queue_reply(calling(tool_call("call_1", "engine_notes")), "noted")
+    agent = Agent.create(provider(fake_openai), WithNotes, AgentSettings(),
+                         tools=lambda engine: ToolRegistry(engine_tools(engine)))
+    ask(agent, "what do you remember?")
+
+    turn = await agent.run_turn()
+
+    first, second = chat_requests(fake_openai)
+    assert [t["function"]["name"] for t in first["tools"]] == ["engine_notes"]
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1",
+                                      "content": "engine_notes: the engine remembers the blue door"}
+    assert turn.reply == "noted"
