@@ -95,7 +95,11 @@ class Gateway:
         self._ran = True
         self.resets.start()
         if self._metrics_at is not None:
-            self.metrics.serve(*self._metrics_at)
+            try:
+                self.metrics.serve(*self._metrics_at)
+            except OSError as exc:  # metrics are for watching; they never stop the service
+                log.error("metrics: cannot listen on %s:%d: %s", *self._metrics_at,
+                          exc.strerror or exc)
         for adapter in self.adapters.values():
             if not await self._bring_up(adapter):
                 self._connecting.append(asyncio.create_task(self._keep_connecting(adapter)))

@@ -93,3 +93,19 @@ async def test_without_a_port_no_metrics_endpoint_listens(tmp_path, fake_openai,
         assert gateway.metrics.port is None
         with socket.socket() as probe:  # nor on the documented default port
             assert probe.connect_ex(("127.0.0.1", 9464)) != 0
+
+
+async def test_a_metrics_port_already_taken_is_logged_and_the_bot_still_answers(
+        tmp_path, fake_openai, fake_telegram, caplog):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = telegram_config(tmp_path, fake_telegram, fake_openai.base_url,
+                                 metrics={"port": port})
+        async with telegram_gateway(config) as gateway:
+            fake_telegram.push(fake_telegram.updates.private_text("hello", USER))
+            [reply] = await fake_telegram.wait_for_messages(USER, 1)
+            assert gateway.metrics.port is None
+    assert reply.text == "echo: hello"
+    assert f"metrics: cannot listen on 127.0.0.1:{port}" in caplog.text
