@@ -64,7 +64,6 @@ class Gateway:
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.
         self._handling = 0
-        self._ran = False  # started at some point: a clean shutdown says so to the store
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -92,7 +91,6 @@ class Gateway:
         await self.store.begin_run()  # after an unclean exit: checks the file first
         self.conversations.log_startup()
         self._state = "running"
-        self._ran = True
         self.resets.start()
         if self._metrics_at is not None:
             try:
@@ -159,6 +157,7 @@ class Gateway:
     async def shutdown(self) -> None:
         if self._state == "closed":
             return
+        ran = self._state in ("running", "stopped")  # a clean stop is said to the store
         await self.stop()
         self._state = "closed"
         self.metrics.close()
@@ -167,7 +166,7 @@ class Gateway:
                 await adapter.shutdown()
             except Exception:
                 log.exception("%s: shutdown failed", adapter.name)
-        if self._ran:
+        if ran:
             try:
                 await self.store.end_run()
             except Exception:
