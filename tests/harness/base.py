@@ -272,16 +272,27 @@ class ScriptedModel:
     `token_ratio` is the fake's tokenizer knob: real services count tokens their own way,
     so prompt sizes (reported usage and the context limit alike) are chars / 4 times it.
     1.6 plays a tokenizer that counts more than our estimate, 0.7 one that counts fewer.
+    `usages` holds the usage object of each answered request, in order.
     """
 
     def __init__(self, responder: Responder | None = None, token_ratio: float = 1.0) -> None:
         self.responder: Responder = responder or echo_responder
         self.token_ratio = token_ratio
+        self.usages: list[dict[str, Any]] = []
         self._queued: deque[Reply] = deque()
 
     def count_tokens(self, chars: int) -> int:
         """The service's own count for `chars` characters of prompt."""
         return math.ceil(chars * self.token_ratio / 4)
+
+    def usage_totals(self) -> dict[str, int]:
+        """Each top-level token count summed over `usages` (one usage per answered request)."""
+        totals: dict[str, int] = {}
+        for usage in self.usages:
+            for key, value in usage.items():
+                if isinstance(value, int):
+                    totals[key] = totals.get(key, 0) + value
+        return totals
 
     def queue_reply(self, *replies: Reply) -> None:
         """Answer the next requests with these replies, in order, before the responder."""

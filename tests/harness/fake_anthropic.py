@@ -4,6 +4,11 @@ GET /v1/models lists `models` (default: claude-fake).
 Usage is computed from the request: the prompt is ceil(system + message chars × token_ratio / 4)
 tokens, split into input_tokens, cache_read_input_tokens and cache_creation_input_tokens by
 the prompt cache (`anthropic_cache`); output_tokens = ceil(reply chars / 4).
+
+`stream: true` gets the Messages event stream: message_start (usage with the input and
+cache counts, output_tokens 1), a ping, content_block_start / _delta / _stop per block
+(text_delta, or input_json_delta for tool_use), message_delta (stop reason, final
+output_tokens) and message_stop (see `streams`).
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ from tests.harness.anthropic_cache import (
 from tests.harness.base import (
     FakeServer,
     Responder,
-    ScriptedModel,
     estimate_tokens,
     json_response,
     run_cli,
 )
+from tests.harness.streams import Answer, SSEWriter, StreamingModel, asks_to_stream, serve_stream
 
 MAX_CACHE_BLOCKS = 4
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -39,6 +44,8 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
 _MESSAGE_KEYS = frozenset({"role", "content"})
 _USER_BLOCKS = frozenset({"text", "image", "document", "tool_result", "search_result"})
 _ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+# What the Messages API sends inside a stream that fails after it started.
+STREAM_ERROR = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 
 
 class InvalidRequest(Exception):
@@ -164,8 +171,6 @@ def validate_request(body: Any) -> None:
         raise InvalidRequest("model: Field required")
     if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
         raise InvalidRequest("max_tokens: Field required (a positive integer)")
-    if body.get("stream"):
-        raise InvalidRequest("the fake supports stream=false only")
     markers = _check_messages(body.get("messages")) + _check_system_and_tools(body)
     if markers > MAX_CACHE_BLOCKS:
         raise InvalidRequest(f"A maximum of {MAX_CACHE_BLOCKS} blocks with cache_control may "
@@ -177,7 +182,7 @@ def request_chars(body: dict[str, Any]) -> int:
     return sum(block.chars for block in prompt_blocks(body))
 
 
-class FakeAnthropic(FakeServer, ScriptedModel):
+class FakeAnthropic(FakeServer, StreamingModel):
     """Anthropic Messages server; `base_url` is what `AsyncAnthropic(base_url=...)` takes.
 
     Same knobs as FakeOpenAI: responder (text, or an OpenAI-format assistant message with
@@ -188,6 +193,12 @@ class FakeAnthropic(FakeServer, ScriptedModel):
     enforce_ttl_order (refuse a 1h marker after a 5m one, as the real API does; off by
     default until every caller's test data obeys it); counters cache_reads and cache_writes
     (tokens) and cache_entries (live entries); `usages` holds each answered request's usage.
+
+    Streaming knobs (stream_chunk_chars, stream_delay_s, break_stream_next,
+    streamed_requests): see `tests.harness.streams`. A streamed reply reads and writes the
+    cache when it starts, like any other, but its usage joins `usages` only once the stream
+    got past its text: a broken stream's does not, so `usage_totals()` then falls short of
+    cache_reads / cache_writes by what that request read and wrote.
     """
 
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
@@ -198,7 +209,7 @@ class FakeAnthropic(FakeServer, ScriptedModel):
                  clock: Callable[[], float] | None = None, enforce_ttl_order: bool = False,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         FakeServer.__init__(self, host=host, port=port)
-        ScriptedModel.__init__(self, responder, token_ratio)
+        StreamingModel.__init__(self, responder, token_ratio)
         self.context_limit = context_limit
         self.enforce_output_room = enforce_output_room
         self.max_output_tokens = max_output_tokens
@@ -207,7 +218,6 @@ class FakeAnthropic(FakeServer, ScriptedModel):
         self.min_cacheable_tokens = min_cacheable_tokens
         self.clock: Callable[[], float] = clock or time.monotonic
         self.enforce_ttl_order = enforce_ttl_order
-        self.usages: list[dict[str, Any]] = []
         self._cache = PromptCache()
         self._skew = 0.0
         self._ids = itertools.count(1)
@@ -256,19 +266,12 @@ class FakeAnthropic(FakeServer, ScriptedModel):
         """Forget every cached prefix (the counters keep their totals)."""
         self._cache.clear()
 
-    def usage_totals(self) -> dict[str, int]:
-        """Each top-level token count summed over `usages`."""
-        totals: dict[str, int] = {}
-        for usage in self.usages:
-            for key, value in usage.items():
-                if isinstance(value, int):
-                    totals[key] = totals.get(key, 0) + value
-        return totals
-
     def reset(self) -> None:
-        """Forget recorded calls, usages and pending injections; the cache stays warm."""
+        """Forget recorded calls, usages, pending injections and a pending stream break;
+        the cache stays warm."""
         super().reset()
         self.usages.clear()
+        self.take_stream_break()
 
     def error_body(self, status: int, message: str) -> Any:
         return anthropic_error(message, _ERROR_TYPES.get(status, "api_error"))
@@ -309,7 +312,7 @@ class FakeAnthropic(FakeServer, ScriptedModel):
                       "created_at": "2025-01-01T00:00:00Z"} for n in names],
             "has_more": False, "first_id": names[0], "last_id": names[-1]})
 
-    async def _messages(self, request: web.Request) -> web.Response:
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
         refusal = self._auth_refusal(request)
         if refusal is not None:
             return refusal
@@ -327,29 +330,94 @@ class FakeAnthropic(FakeServer, ScriptedModel):
         too_long = self._length_refusal(body)
         if too_long is not None:
             return json_response(anthropic_error(too_long), 400)
-        return json_response(await self._reply(body))
+        answer = await self._answer(body)
+        if asks_to_stream(body):
+            return await self._stream(request, body, answer)
+        self.usages.append(answer.usage)
+        return json_response(self._message(body, answer))
 
-    async def _reply(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _answer(self, body: dict[str, Any]) -> Answer:
+        """The reply to `body`: text (cut at max_tokens), tool calls, stop reason, and the
+        usage, for which the prompt cache is read and written (once per request)."""
         text, calls = await self.next_reply(body)
         stop = "tool_use" if calls else "end_turn"
         if estimate_tokens(len(text)) > body["max_tokens"]:
             text, stop = text[: body["max_tokens"] * 4], "max_tokens"
-        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-        for call in calls:
-            args = call["function"]["arguments"]
-            content.append({"type": "tool_use", "id": call["id"],
-                             "name": call["function"]["name"],
-                             "input": json.loads(args) if args else {}})
         output = estimate_tokens(len(text) + sum(len(c["function"]["arguments"]) for c in calls))
         usage = self._cache.settle(prompt_blocks(body), self.count_tokens, now=self.now(),
                                    min_tokens=self.min_cacheable_tokens)
         usage["output_tokens"] = output
-        self.usages.append(usage)
+        return Answer(text, calls, stop, usage)
+
+    def _message(self, body: dict[str, Any], answer: Answer) -> dict[str, Any]:
+        """The answer as one Message object."""
+        content: list[dict[str, Any]] = ([{"type": "text", "text": answer.text}]
+                                         if answer.text else [])
+        for call in answer.calls:
+            args = call["function"]["arguments"]
+            content.append({"type": "tool_use", "id": call["id"],
+                            "name": call["function"]["name"],
+                            "input": json.loads(args) if args else {}})
         return {
             "id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
-            "model": body["model"], "content": content, "stop_reason": stop,
-            "stop_sequence": None, "usage": usage,
+            "model": body["model"], "content": content, "stop_reason": answer.stop,
+            "stop_sequence": None, "usage": answer.usage,
         }
+
+    async def _stream(self, request: web.Request, body: dict[str, Any],
+                      answer: Answer) -> web.StreamResponse:
+        """The answer as Messages stream events; its usage is recorded near the end."""
+        start = {"id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
+                 "model": body["model"], "content": [], "stop_reason": None,
+                 "stop_sequence": None, "usage": {**answer.usage, "output_tokens": 1}}
+
+        async def produce(sse: SSEWriter) -> None:
+            await sse.send({"type": "message_start", "message": start}, "message_start")
+            await sse.send({"type": "ping"}, "ping")
+            shown = sse.shown_text(answer.text)
+            if shown:
+                await _open_block(sse, 0, {"type": "text", "text": ""})
+                for piece in self.pieces(shown):
+                    await sse.delta(_block_delta(0, {"type": "text_delta", "text": piece}),
+                                    "content_block_delta")
+            await sse.break_if_planned(STREAM_ERROR, "error")
+            if answer.text:
+                await _close_block(sse, 0)
+            for index, call in enumerate(answer.calls, start=1 if answer.text else 0):
+                await self._stream_tool_use(sse, index, call)
+            self.usages.append(answer.usage)
+            await sse.send({"type": "message_delta",
+                            "delta": {"stop_reason": answer.stop, "stop_sequence": None},
+                            "usage": {"output_tokens": answer.usage["output_tokens"]}},
+                           "message_delta")
+            await sse.send({"type": "message_stop"}, "message_stop")
+
+        return await serve_stream(request, produce, pause_s=self.stream_delay_s,
+                                  closing=self._closing, broken=self.take_stream_break())
+
+    async def _stream_tool_use(self, sse: SSEWriter, index: int, call: dict[str, Any]) -> None:
+        """One tool_use block: id and name with an empty input, then the JSON in pieces."""
+        function = call["function"]
+        await _open_block(sse, index, {"type": "tool_use", "id": call["id"],
+                                       "name": function["name"], "input": {}})
+        for piece in self.pieces(function["arguments"]):
+            await sse.delta(_block_delta(index, {"type": "input_json_delta",
+                                                 "partial_json": piece}),
+                            "content_block_delta")
+        await _close_block(sse, index)
+
+
+async def _open_block(sse: SSEWriter, index: int, block: dict[str, Any]) -> None:
+    await sse.send({"type": "content_block_start", "index": index, "content_block": block},
+                   "content_block_start")
+
+
+def _block_delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+async def _close_block(sse: SSEWriter, index: int) -> None:
+    await sse.send({"type": "content_block_stop", "index": index}, "content_block_stop")
 
 
 def main(argv: list[str] | None = None) -> None:

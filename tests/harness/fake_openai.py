@@ -2,6 +2,10 @@
 
 Usage is computed from the request: prompt_tokens = ceil(message text chars × token_ratio / 4),
 completion_tokens = ceil(reply chars / 4), cached tokens 0.
+
+`stream: true` gets `chat.completion.chunk` events (`data: {json}`, then `data: [DONE]`):
+the role, text deltas, tool-call deltas, the finish reason, and with
+`stream_options.include_usage` a last chunk holding only the usage (see `streams`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import argparse
 import itertools
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -17,17 +22,20 @@ from aiohttp import web
 from tests.harness.base import (
     FakeServer,
     Responder,
-    ScriptedModel,
     estimate_tokens,
     json_response,
     run_cli,
     text_of,
 )
+from tests.harness.streams import Answer, SSEWriter, StreamingModel, asks_to_stream, serve_stream
 
 _ERROR_TYPES = {400: ("invalid_request_error", None), 401: ("invalid_request_error",
                 "invalid_api_key"), 403: ("invalid_request_error", "unsupported_country_region"),
                 404: ("invalid_request_error", "model_not_found"),
                 429: ("requests", "rate_limit_exceeded")}
+# What OpenAI sends inside a stream that fails after it started (the SDK raises APIError).
+STREAM_ERROR = {"error": {"message": "The server had an error while processing your request.",
+                          "type": "server_error", "code": None}}
 
 
 def openai_error(message: str, *, type_: str = "invalid_request_error", code: str | None = None,
@@ -46,7 +54,7 @@ def request_chars(body: dict[str, Any]) -> int:
     return total
 
 
-class FakeOpenAI(FakeServer, ScriptedModel):
+class FakeOpenAI(FakeServer, StreamingModel):
     """OpenAI-compatible chat server; `base_url` is what `AsyncOpenAI(base_url=...)` takes.
 
     responder: request json -> reply text, or an assistant message dict with tool_calls.
@@ -55,6 +63,9 @@ class FakeOpenAI(FakeServer, ScriptedModel):
     max_output_tokens: max_tokens above it -> 400 "max_tokens is too large".
     api_key: when set, requests must carry `Authorization: Bearer <api_key>` (else 401).
     models: when set, other model names get 404 model_not_found.
+    Streaming knobs (stream_chunk_chars, stream_delay_s, break_stream_next,
+    streamed_requests): see `tests.harness.streams`. `usages` holds each answered request's
+    usage object, streamed or not; `usage_totals()` sums them.
     """
 
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
@@ -62,7 +73,7 @@ class FakeOpenAI(FakeServer, ScriptedModel):
                  api_key: str | None = None, models: list[str] | None = None,
                  token_ratio: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
         FakeServer.__init__(self, host=host, port=port)
-        ScriptedModel.__init__(self, responder, token_ratio)
+        StreamingModel.__init__(self, responder, token_ratio)
         self.context_limit = context_limit
         self.enforce_output_room = enforce_output_room
         self.max_output_tokens = max_output_tokens
@@ -85,6 +96,12 @@ class FakeOpenAI(FakeServer, ScriptedModel):
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/chat/completions", self._chat), web.get("/v1/models", self._models)]
+
+    def reset(self) -> None:
+        """Forget recorded calls, usages, pending injections and a pending stream break."""
+        super().reset()
+        self.usages.clear()
+        self.take_stream_break()
 
     def error_body(self, status: int, message: str) -> Any:
         type_, code = _ERROR_TYPES.get(status, ("server_error", None))
@@ -116,8 +133,6 @@ class FakeOpenAI(FakeServer, ScriptedModel):
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) \
                 or not body["messages"] or not body.get("model"):
             return json_response(openai_error("'messages' and 'model' are required"), 400)
-        if body.get("stream"):
-            return json_response(openai_error("the fake supports stream=false only"), 400)
         if self.models is not None and body["model"] not in self.models:
             return json_response(openai_error(
                 f"The model `{body['model']}` does not exist or you do not have access to it.",
@@ -148,7 +163,7 @@ class FakeOpenAI(FakeServer, ScriptedModel):
                 param="messages", code="context_length_exceeded"), 400)
         return None
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -156,28 +171,83 @@ class FakeOpenAI(FakeServer, ScriptedModel):
         refusal = self._refusal(request, body)
         if refusal is not None:
             return refusal
+        answer = await self._answer(body)
+        if asks_to_stream(body):
+            return await self._stream(request, body, answer)
+        self.usages.append(answer.usage)
+        return json_response(self._completion(body, answer))
+
+    async def _answer(self, body: dict[str, Any]) -> Answer:
+        """The reply to `body`: text (cut at max_tokens), tool calls, finish reason, usage."""
         text, calls = await self.next_reply(body)
         finish = "tool_calls" if calls else "stop"
         wanted = body.get("max_tokens") or body.get("max_completion_tokens")
         if wanted and estimate_tokens(len(text)) > wanted:
             text, finish = text[: wanted * 4], "length"
+        prompt = self.prompt_tokens(body)
+        completion = estimate_tokens(len(text) + sum(len(c["function"]["arguments"])
+                                                     for c in calls))
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion,
+                 "prompt_tokens_details": {"cached_tokens": 0},
+                 "completion_tokens_details": {"reasoning_tokens": 0}}
+        return Answer(text, calls, finish, usage)
+
+    def _completion(self, body: dict[str, Any], answer: Answer) -> dict[str, Any]:
+        """The answer as one `chat.completion` object."""
+        text, calls = answer.text, answer.calls
         message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls
                                    else None, "refusal": None}
         if calls:
             message["tool_calls"] = calls
-        prompt = self.prompt_tokens(body)
-        completion = estimate_tokens(len(text) + sum(len(c["function"]["arguments"])
-                                                     for c in calls))
-        return json_response({
+        return {
             "id": f"chatcmpl-fake-{next(self._ids)}", "object": "chat.completion",
             "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
+            "choices": [{"index": 0, "message": message, "finish_reason": answer.stop,
                          "logprobs": None}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion,
-                      "prompt_tokens_details": {"cached_tokens": 0},
-                      "completion_tokens_details": {"reasoning_tokens": 0}},
-        })
+            "usage": answer.usage,
+        }
+
+    async def _stream(self, request: web.Request, body: dict[str, Any],
+                      answer: Answer) -> web.StreamResponse:
+        """The answer as `chat.completion.chunk` events; its usage is recorded at the end."""
+        options = body.get("stream_options")
+        with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        head = {"id": f"chatcmpl-fake-{next(self._ids)}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body["model"], "system_fingerprint": None}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {**head, "choices": [choice], **({"usage": None} if with_usage else {})}
+
+        async def produce(sse: SSEWriter) -> None:
+            first = answer.text or not answer.calls
+            await sse.send(chunk({"role": "assistant", "content": "" if first else None,
+                                  "refusal": None}))
+            for piece in self.pieces(sse.shown_text(answer.text)):
+                await sse.delta(chunk({"content": piece}))
+            await sse.break_if_planned(STREAM_ERROR)
+            for index, call in enumerate(answer.calls):
+                await self._stream_call(sse, chunk, index, call)
+            self.usages.append(answer.usage)
+            await sse.send(chunk({}, answer.stop))
+            if with_usage:
+                await sse.send({**head, "choices": [], "usage": answer.usage})
+            await sse.send("[DONE]")
+
+        return await serve_stream(request, produce, pause_s=self.stream_delay_s,
+                                  closing=self._closing, broken=self.take_stream_break())
+
+    async def _stream_call(self, sse: SSEWriter, chunk: Callable[..., dict[str, Any]], index: int,
+                           call: dict[str, Any]) -> None:
+        """One tool call: id, type and name first, then the arguments in pieces."""
+        function = call["function"]
+        await sse.send(chunk({"tool_calls": [{
+            "index": index, "id": call["id"], "type": "function",
+            "function": {"name": function["name"], "arguments": ""}}]}))
+        for piece in self.pieces(function["arguments"]):
+            await sse.delta(chunk({"tool_calls": [{"index": index,
+                                                   "function": {"arguments": piece}}]}))
 
 
 def main(argv: list[str] | None = None) -> None:

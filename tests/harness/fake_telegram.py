@@ -31,10 +31,11 @@ from tests.harness.telegram_checks import (
     message_result,
     rejected_entities,
 )
-from tests.harness.telegram_outbox import ChatAction, ChatKey, Outbox, SentMessage
+from tests.harness.telegram_outbox import Call, ChatAction, ChatKey, Draft, Outbox, SentMessage
 from tests.harness.telegram_updates import DEFAULT_USER_ID, UpdateFactory, UpdateQueue
 
-__all__ = ["DEFAULT_TOKEN", "ChatAction", "FakeTelegram", "SentMessage", "Webhook"]
+__all__ = ["DEFAULT_TOKEN", "Call", "ChatAction", "Draft", "FakeTelegram", "SentMessage",
+           "Webhook"]
 
 DEFAULT_TOKEN = "123456789:AAFakeThreadlineTestToken0123456789"
 POLL_CAP = 0.5  # seconds a long poll may park, whatever timeout the client asked for
@@ -44,6 +45,7 @@ CHAT_ACTIONS = frozenset({
     "upload_document", "choose_sticker", "find_location", "record_video_note",
     "upload_video_note"})
 
+MAX_BULK_DELETE = 100  # deleteMessages takes 1-100 ids
 Method = Callable[[Params], Awaitable[Any]]
 
 
@@ -75,7 +77,7 @@ class FakeTelegram(FakeServer):
         self.queue = UpdateQueue(POLL_CAP)
         self.outbox = Outbox()
         self._failures: dict[str, deque[ApiError]] = defaultdict(deque)
-        self._reject_entities = 0
+        self._reject_entities: dict[str | None, int] = defaultdict(int)  # None: any method
 
     @property
     def base_url(self) -> str:
@@ -109,15 +111,15 @@ class FakeTelegram(FakeServer):
         description = "Bad Request: chat not found" if status == 400 else None
         self.fail_method_next("getChatMember", status, description, times=times)
 
-    def reject_entities_next(self, times: int = 1) -> None:
-        """The next sendMessage/editMessageText carrying entities (or a parse_mode) gets
-        "can't parse entities"; plain text still goes through."""
-        self._reject_entities += times
+    def reject_entities_next(self, times: int = 1, method: str | None = None) -> None:
+        """The next sendMessage/editMessageText/sendMessageDraft (or only `method`) carrying
+        entities (or a parse_mode) gets "can't parse entities"; plain text still goes through."""
+        self._reject_entities[method.lower() if method else None] += times
 
     def reset(self) -> None:
         super().reset()
         self._failures.clear()
-        self._reject_entities = 0
+        self._reject_entities.clear()
 
     # --- updates in ---------------------------------------------------------------------
     def push(self, update: dict[str, Any]) -> dict[str, Any]:
@@ -158,10 +160,28 @@ class FakeTelegram(FakeServer):
     def chat_actions(self, chat_id: ChatKey) -> list[ChatAction]:
         return self.outbox.chat_actions(chat_id)
 
+    def drafts(self, chat_id: ChatKey) -> list[Draft]:
+        """Each accepted sendMessageDraft in the chat, in order. Drafts are not messages."""
+        return self.outbox.drafts(chat_id)
+
+    def deleted(self, chat_id: ChatKey) -> list[int]:
+        """Ids deleted by deleteMessage/deleteMessages in the chat, in order."""
+        return self.outbox.deleted(chat_id)
+
+    def timeline(self, chat_id: ChatKey) -> list[Call]:
+        """Every accepted call on the chat, in order, as (method, at) pairs: sendMessage,
+        editMessageText, sendMessageDraft, deleteMessage(s), sendChatAction."""
+        return self.outbox.timeline(chat_id)
+
     async def wait_for_messages(self, chat_id: ChatKey, count: int = 1,
                                 timeout: float = 5.0) -> list[SentMessage]:  # noqa: ASYNC109
         """Wait until the chat holds `count` accepted messages; return them all."""
         return await self.outbox.wait_for_messages(chat_id, count, timeout)
+
+    async def wait_for_drafts(self, chat_id: ChatKey, count: int = 1,
+                              timeout: float = 5.0) -> list[Draft]:  # noqa: ASYNC109
+        """Wait until the chat has had `count` accepted drafts; return them all."""
+        return await self.outbox.wait_for_drafts(chat_id, count, timeout)
 
     # --- server -------------------------------------------------------------------------
     def routes(self) -> list[web.RouteDef]:
@@ -214,6 +234,8 @@ class FakeTelegram(FakeServer):
                 "setwebhook": self._set_webhook, "deletewebhook": self._delete_webhook,
                 "getwebhookinfo": self._get_webhook_info, "sendmessage": self._send_message,
                 "editmessagetext": self._edit_message_text,
+                "sendmessagedraft": self._send_message_draft,
+                "deletemessage": self._delete_message, "deletemessages": self._delete_messages,
                 "sendchataction": self._send_chat_action, "setmycommands": self._set_commands,
                 "getmycommands": self._get_commands, "deletemycommands": self._delete_commands,
                 "getchatmember": self._get_chat_member, "getfile": self._get_file,
@@ -275,7 +297,7 @@ class FakeTelegram(FakeServer):
     async def _send_message(self, p: Params) -> dict[str, Any]:
         chat_id, text = p.chat_id(), p.text("text") or ""
         entities, parse_mode = p.entities(), p.text("parse_mode")
-        self._check(text, entities, parse_mode)
+        self._check(text, entities, parse_mode, "sendmessage")
         reply_to, target = self._reply_target(chat_id, p)
         thread_id, preview = p.int("message_thread_id"), p.json("link_preview_options")
         message_id = self.updates.next_message_id()
@@ -290,16 +312,61 @@ class FakeTelegram(FakeServer):
     async def _edit_message_text(self, p: Params) -> dict[str, Any]:
         chat_id, message_id = p.chat_id(), p.int("message_id")
         text, entities, parse_mode = p.text("text") or "", p.entities(), p.text("parse_mode")
-        self._check(text, entities, parse_mode)
+        self._check(text, entities, parse_mode, "editmessagetext")
         edited = await self.outbox.edit(chat_id, message_id, text, entities, parse_mode)
         return {**message_result(self.updates.bot_user, chat_id, edited.message_id, text,
                                  entities, thread_id=edited.thread_id),
                 "edit_date": int(time.time())}
 
-    def _check(self, text: str, entities: list[dict[str, Any]], parse_mode: str | None) -> None:
-        if self._reject_entities and (entities or parse_mode):
-            self._reject_entities -= 1
-            raise rejected_entities(text, entities)
+    async def _send_message_draft(self, p: Params) -> bool:
+        chat_id, draft_id = p.chat_id(), p.int("draft_id")
+        if not draft_id:
+            raise ApiError(400, "Bad Request: draft_id must be non-zero")
+        if not isinstance(chat_id, int) or chat_id <= 0:
+            # What Telegram answers for a group, supergroup or channel: drafts are DM-only.
+            raise ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        text, entities, parse_mode = p.text("text") or "", p.entities(), p.text("parse_mode")
+        if text.strip() or entities:  # an empty text is the "Thinking..." placeholder
+            self._check(text, entities, parse_mode, "sendmessagedraft")
+        await self.outbox.add_draft(Draft(chat_id, draft_id, text, entities,
+                                          p.int("message_thread_id"), parse_mode))
+        return True
+
+    async def _delete_message(self, p: Params) -> bool:
+        chat_id, message_id = p.chat_id(), p.int("message_id")
+        if message_id is None:
+            raise ApiError(400, "Bad Request: message identifier is not specified")
+        if not self._deletable(chat_id, message_id):
+            raise ApiError(400, "Bad Request: message to delete not found")
+        await self.outbox.delete(chat_id, [message_id], "deleteMessage")
+        return True
+
+    async def _delete_messages(self, p: Params) -> bool:
+        """Like Telegram: ids that cannot be found are skipped."""
+        chat_id, message_ids = p.chat_id(), p.json("message_ids")
+        if not isinstance(message_ids, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in message_ids):
+            raise ApiError(400, "Bad Request: can't parse message_ids JSON array")
+        if not 1 <= len(message_ids) <= MAX_BULK_DELETE:
+            raise ApiError(400, "Bad Request: message_ids must hold 1-100 identifiers")
+        found = list(dict.fromkeys(i for i in message_ids if self._deletable(chat_id, i)))
+        await self.outbox.delete(chat_id, found, "deleteMessages")
+        return True
+
+    def _deletable(self, chat_id: ChatKey, message_id: int) -> bool:
+        """A message the bot sent, or one it was sent, that is not deleted yet."""
+        if self.outbox.is_deleted(chat_id, message_id):
+            return False
+        return (any(m.message_id == message_id for m in self.outbox.messages(chat_id))
+                or self.updates.find(chat_id, message_id) is not None)
+
+    def _check(self, text: str, entities: list[dict[str, Any]], parse_mode: str | None,
+               method: str) -> None:
+        if entities or parse_mode:
+            for key in (method, None):  # a knob aimed at this method goes first
+                if self._reject_entities.get(key):
+                    self._reject_entities[key] -= 1
+                    raise rejected_entities(text, entities)
         check_text(text, entities)
 
     def _reply_target(self, chat_id: ChatKey,
@@ -311,7 +378,9 @@ class FakeTelegram(FakeServer):
         message_id = reply.get("message_id") or p.int("reply_to_message_id")
         if message_id is None:
             return None, None
-        target = self.updates.find(reply.get("chat_id", chat_id), message_id)
+        reply_chat = reply.get("chat_id", chat_id)
+        target = None if self.outbox.is_deleted(reply_chat, message_id) else \
+            self.updates.find(reply_chat, message_id)
         if target is not None:
             return message_id, {k: v for k, v in target.items() if k != "reply_to_message"}
         if reply.get("allow_sending_without_reply") or p.bool("allow_sending_without_reply"):

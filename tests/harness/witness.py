@@ -3,7 +3,6 @@ really said instead of predicting it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +36,16 @@ class Witness:
                 for r in super().routes()]  # type: ignore[misc]
 
     def _witnessed(self, handler: Any) -> Any:
+        # The fakes append each answered request's usage (streamed or not) to `usages`;
+        # what one request added is what it reported. Tests using a witness send one
+        # request at a time, so the slice is never another request's.
         async def witnessed(request: web.Request) -> web.StreamResponse:
+            answered = len(self.usages)  # type: ignore[attr-defined]
             response = await handler(request)
-            body = getattr(response, "body", None)
-            if response.status == 200 and isinstance(body, bytes):
-                answer = json.loads(body)
-                if isinstance(answer, dict) and "usage" in answer:
-                    asked = await request.json()
-                    self.reported.append(
-                        Reported(answer["model"], is_summary_request(asked), answer["usage"]))
+            for usage in self.usages[answered:]:  # type: ignore[attr-defined]
+                asked = await request.json()
+                self.reported.append(
+                    Reported(asked["model"], is_summary_request(asked), usage))
             return response
         return witnessed
 
