@@ -6,7 +6,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agent import caching
 from agent.context_engine import (
@@ -35,6 +35,19 @@ TOOL_LIMIT_REPLY = ("I stopped looking things up: this question took more tool s
                     "allow myself in one turn. Ask again, perhaps more narrowly.")
 OVERFLOW_ADVICE = ("This conversation is too long for the model even after compacting it. "
                    "Send /compress to condense it further, or /new to start fresh.")
+
+
+class ReplyStream(Protocol):
+    """Where a streamed answer is shown while it is written (the gateway's live reply).
+
+    `text` gets each new piece of the answer; `retract` says the text so far was not the
+    answer after all (the model went on to call tools, or the call failed and is retried),
+    so whatever shows it should start over.
+    """
+
+    def text(self, piece: str) -> None: ...
+
+    def retract(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,7 @@ class Agent:
         self.messages: Transcript = engine.new_transcript()
         if self.tools:  # the schemas go with every request: count them in its size
             self.messages.set_request_overhead(tools=self.tools.schemas())
+        self._stream: ReplyStream | None = None  # where this turn's answer is shown live
         self._new: list[dict[str, Any]] = []  # what this turn added to the transcript
         self._split: int | None = None  # len(_new) at the last compaction of this turn
         self._accepts_force = accepts_keyword(engine.compress, "force")
@@ -228,10 +242,15 @@ class Agent:
                          sources=tuple(origin.get(id(m)) for m in kept))
 
     # --- a model turn -------------------------------------------------------------------
-    async def run_turn(self) -> TurnResult:
-        """Answer the transcript as it stands (the user messages are already appended)."""
+    async def run_turn(self, stream: ReplyStream | None = None) -> TurnResult:
+        """Answer the transcript as it stands (the user messages are already appended).
+
+        With `stream` (and a provider that streams) the answer's text is shown as it is
+        written; what the turn returns and stores is the same as without.
+        """
         stored, state = self.messages.as_list(), self.engine.export_state()
         self._new, self._split = [], None
+        self._stream = stream if getattr(self.provider, "streams", False) else None
         try:
             reply, notices = await self._run_turn()
         except AgentError as exc:
@@ -239,6 +258,8 @@ class Agent:
             self.messages.replace(stored)
             self.engine.restore_state(state)
             raise TurnFailed(exc.user_message, cause=exc, usage=self.ledger.drain()) from exc
+        finally:
+            self._stream = None
         compaction = self._compacted(stored)
         split = self._split or 0
         return TurnResult(
@@ -312,9 +333,7 @@ class Agent:
         overflow_attempts = cap_attempts = 0
         while True:
             try:
-                completion = await self.provider.complete(
-                    self._request(), max_tokens=max_tokens,
-                    tools=self.tools.schemas() if self.tools else None)
+                completion = await self._call_model(max_tokens)
             except ContextOverflowError as exc:
                 overflow_attempts += 1
                 if overflow_attempts > MAX_OVERFLOW_ATTEMPTS:
@@ -335,6 +354,23 @@ class Agent:
                 continue
             self.ledger.record(completion.model or self.provider.model, "chat", completion.usage)
             return completion, compacted
+
+    async def _call_model(self, max_tokens: int) -> Completion:
+        """One model call, streamed when the turn has a live reply. Text shown for a call
+        that fails or turns into tool calls is retracted: only the answer stays."""
+        stream = self._stream
+        kwargs: dict[str, Any] = {"on_text": stream.text} if stream else {}
+        try:
+            completion = await self.provider.complete(
+                self._request(), max_tokens=max_tokens,
+                tools=self.tools.schemas() if self.tools else None, **kwargs)
+        except AgentError:
+            if stream:
+                stream.retract()
+            raise
+        if stream and completion.message.get("tool_calls"):
+            stream.retract()
+        return completion
 
     def _request(self) -> list[dict[str, Any]]:
         """The transcript as sent: with prompt-caching breakpoints where they apply."""

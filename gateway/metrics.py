@@ -52,6 +52,10 @@ class Metrics:
         self.undelivered = Counter("threadline_undelivered_replies",
                                    "Replies left (partly) unsent for the next start",
                                    ["platform"], registry=r)
+        self.stream_updates = Counter(
+            "threadline_stream_updates", "Updates of replies shown while written, by outcome "
+            "(sent, skipped for the budget, rate_limited, failed)", ["platform", "outcome"],
+            registry=r)
         self.queue_depth = Gauge("threadline_chats_busy", "Chats with queued or running work",
                                  registry=r)
         self.running = Gauge("threadline_turns_running", "Batches running now", registry=r)
@@ -99,6 +103,7 @@ class MeteredProvider(Provider):
     def __init__(self, inner: Provider, metrics: Metrics, purpose: str) -> None:
         super().__init__(inner.settings)
         self.kind = inner.kind
+        self.streams = getattr(inner, "streams", False)
         self.inner = inner
         self.metrics = metrics
         self.purpose = purpose

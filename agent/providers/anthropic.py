@@ -10,7 +10,7 @@ import anthropic
 
 from agent.errors import AuthError, EmptyReplyError, plain_error
 from agent.messages import public_keys
-from agent.providers.base import Completion, Provider, ProviderSettings
+from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
 from agent.providers.classify import sdk_errors
 from agent.usage import from_anthropic
 
@@ -239,6 +239,7 @@ class AnthropicProvider(Provider):
     """Claude models through the official `anthropic` SDK."""
 
     kind = "anthropic"
+    streams = True
 
     def __init__(self, settings: ProviderSettings) -> None:
         super().__init__(settings)
@@ -262,6 +263,7 @@ class AnthropicProvider(Provider):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
         if not (self._client.api_key or self._client.auth_token or self._client.credentials):
             raise AuthError("anthropic: no API key configured (model.api_key or "
@@ -278,7 +280,8 @@ class AnthropicProvider(Provider):
             request["tools"] = to_anthropic_tools(tools)
         if temperature is not None:
             request["temperature"] = temperature
-        response = await self._create(request)
+        response = await (self._create(request) if on_text is None
+                          else self._stream(request, on_text))
         message = from_anthropic_content(response.content or [])
         if not message["content"] and not message.get("tool_calls"):
             raise EmptyReplyError(f"anthropic: empty reply (stop_reason={response.stop_reason})",
@@ -296,6 +299,21 @@ class AnthropicProvider(Provider):
                         timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
                         secret=self.settings.api_key):
             return await self._client.messages.create(**request)
+
+    async def _stream(self, request: dict[str, Any], on_text: TextSink) -> Any:
+        """The SDK's message stream: text goes out as it comes, until a tool_use block
+        begins; the final message (usage merged from its start and end) is returned."""
+        with sdk_errors(anthropic, anthropic.AnthropicError, provider=self.kind,
+                        timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
+                        secret=self.settings.api_key):
+            async with self._client.messages.stream(**request) as stream:
+                calling = False
+                async for event in stream:
+                    if event.type == "content_block_start":
+                        calling = calling or event.content_block.type == "tool_use"
+                    elif event.type == "text" and event.text and not calling:
+                        pass
+                return await stream.get_final_message()
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +42,15 @@ class Completion:
         return content if isinstance(content, str) else ""
 
 
+# Receives the answer's text as it is written, piece by piece (see Provider.complete).
+TextSink = Callable[[str], None]
+
+
 class Provider(ABC):
     """A chat model behind some API. Raises only `agent.errors.ProviderError` kinds."""
 
     kind: str = "base"
+    streams: bool = False  # whether complete() honours `on_text`
 
     def __init__(self, settings: ProviderSettings) -> None:
         self.settings = settings
@@ -66,8 +72,15 @@ class Provider(ABC):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
-        """Send OpenAI-format messages (a leading system message allowed) and return the answer."""
+        """Send OpenAI-format messages (a leading system message allowed) and return the answer.
+
+        With `on_text` (and `streams` true) the answer is streamed: each piece of its text
+        goes to `on_text` as it arrives, until the model starts calling a tool; nothing is
+        sent for the tool calls themselves. The Completion returned is the same either way,
+        usage included.
+        """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections or model memory."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import httpx
+
 from agent.errors import (
     AuthError,
     BadRequestError,
@@ -247,6 +249,15 @@ def sdk_errors(sdk: ModuleType, base_error: type[Exception], *, provider: str,
             provider=provider) from exc
     except sdk.APIStatusError as exc:
         raise from_status_exception(exc, provider=provider, secret=secret) from exc
+    # A stream that breaks off after it began: the SDKs pass httpx's own errors through.
+    except httpx.TimeoutException as exc:
+        raise ProviderTimeoutError(f"{provider}: the reply stalled for {timeout_s:g}s",
+                                   provider=provider) from exc
+    except httpx.HTTPError as exc:
+        raise ProviderUnavailableError(
+            f"{provider}: the connection broke off mid-reply: "
+            f"{plain_error(str(exc), limit=_MAX_MESSAGE, known=secret)}",
+            provider=provider) from exc
     except base_error as exc:
         text = plain_error(str(exc), limit=_MAX_MESSAGE, known=secret)
         raise ProviderError(f"{provider}: {text}", provider=provider) from exc

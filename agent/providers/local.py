@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.errors import EmptyReplyError, ProviderError, ProviderUnavailableError
 from agent.messages import content_text
-from agent.providers.base import Completion, Provider, ProviderSettings
+from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
 from agent.providers.classify import ErrorInfo, length_error
 from agent.usage import from_openai_chat
 
@@ -75,27 +75,59 @@ def to_plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     return plain
 
 
-def _stop_when_set(stop: threading.Event, end_token: int) -> Any:
-    """Logits processors that force the end token once `stop` is set.
+class _Steps:
+    """Logits processor: forces the end token once `stop` is set, and counts tokens.
 
     create_chat_completion takes no stopping criteria, but it does take logits processors;
-    an end token makes llama.cpp finish the reply the ordinary way at the next step.
+    an end token makes llama.cpp finish the reply the ordinary way at the next step. It is
+    called once per sampled token with every token evaluated so far, which is how a
+    streamed reply (llama.cpp reports no usage for one) learns its counts.
     """
-    from llama_cpp import LogitsProcessorList
 
-    def processor(input_ids: Any, scores: Any) -> Any:
-        if stop.is_set():
+    def __init__(self, stop: threading.Event, end_token: int) -> None:
+        self.stop = stop
+        self.end_token = end_token
+        self.first: int | None = None  # tokens evaluated before the first sample: the prompt
+        self.last = 0
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        self.last = len(input_ids)
+        if self.first is None:
+            self.first = self.last
+        if self.stop.is_set():
             scores.fill(float("-inf"))
-            scores[end_token] = 0.0
+            scores[self.end_token] = 0.0
         return scores
 
-    return LogitsProcessorList([processor])
+    def usage(self, finish_reason: str | None) -> dict[str, int]:
+        """What llama.cpp would have reported: every sampled token but a final end token."""
+        prompt = self.first or 0
+        completion = max(0, self.last - prompt) + (finish_reason == "length")
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+
+def _gather(chunks: Any, emit: TextSink, steps: _Steps) -> dict[str, Any]:
+    """Run a llama.cpp stream to its end, handing each piece of text to `emit`; return
+    the answer as the non-streaming call shapes it."""
+    text: list[str] = []
+    finish: str | None = None
+    for chunk in chunks:
+        choice = (chunk.get("choices") or [{}])[0]
+        piece = (choice.get("delta") or {}).get("content")
+        if piece:
+            text.append(piece)
+            emit(piece)
+        finish = choice.get("finish_reason") or finish
+    return {"choices": [{"message": {"role": "assistant", "content": "".join(text)},
+                         "finish_reason": finish}], "usage": steps.usage(finish)}
 
 
 class LocalProvider(Provider):
     """A GGUF chat model in this process; loads on first use, one call at a time."""
 
     kind = "local"
+    streams = True
 
     def __init__(self, settings: ProviderSettings) -> None:
         super().__init__(settings)
@@ -135,15 +167,23 @@ class LocalProvider(Provider):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
         if tools:
             log.debug("local model has no tool calling; %d tools ignored", len(tools))
         plain = to_plain_messages(messages)
         stop = threading.Event()
+        emit = None
+        if on_text is not None:
+            loop = asyncio.get_running_loop()
+
+            def emit(piece: str) -> None:  # on the model's thread: hand over to the loop
+                if not stop.is_set():
+                    loop.call_soon_threadsafe(on_text, piece)
         try:
             response = await self._on_worker(
                 self._generate, plain, max_tokens or self.settings.max_output_tokens,
-                DEFAULT_TEMPERATURE if temperature is None else temperature, stop)
+                DEFAULT_TEMPERATURE if temperature is None else temperature, stop, emit)
         except asyncio.CancelledError:
             # The caller leaves now; the thread ends at its next token, so the call queued
             # behind it (often the user's next message) does not wait for a reply nobody reads.
@@ -152,17 +192,21 @@ class LocalProvider(Provider):
         return self._to_completion(response)
 
     def _generate(self, plain: list[dict[str, str]], max_tokens: int, temperature: float,
-                  stop: threading.Event) -> dict[str, Any]:
+                  stop: threading.Event, emit: TextSink | None = None) -> dict[str, Any]:
+        from llama_cpp import LogitsProcessorList
+
         if self._llm is None:
             self._llm = self._load()
         llm = self._llm
+        steps = _Steps(stop, llm.token_eos())
         # llama.cpp tokenizes the templated prompt and raises ValueError before any decoding
         # when it does not fit, which is the cheap pre-check we need.
         try:
-            return llm.create_chat_completion(
+            answer = llm.create_chat_completion(
                 messages=plain, max_tokens=max_tokens, temperature=temperature,
                 top_p=TOP_P, repeat_penalty=REPEAT_PENALTY,
-                logits_processor=_stop_when_set(stop, llm.token_eos()))
+                logits_processor=LogitsProcessorList([steps]), stream=emit is not None)
+            return answer if emit is None else _gather(answer, emit, steps)
         except ValueError as exc:
             text = f"local: {exc}"
             mapped = length_error(ErrorInfo(None, text), text, provider=self.kind)

@@ -13,7 +13,7 @@ from agent.errors import (
     ProviderError,
 )
 from agent.messages import public_keys
-from agent.providers.base import Completion, Provider, ProviderSettings
+from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
 from agent.providers.classify import sdk_errors
 from agent.usage import from_openai_chat
 
@@ -52,10 +52,58 @@ def _wants_max_completion_tokens(err: ProviderError) -> bool:
             and "max_tokens" in text and "support" in text.lower())
 
 
+class _StreamedReply:
+    """A streamed Chat Completions answer put back together from its chunks."""
+
+    def __init__(self, on_text: TextSink) -> None:
+        self.on_text = on_text
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}  # by the index the chunks give
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.model: str | None = None
+
+    def add(self, chunk: Any) -> None:
+        self.model = getattr(chunk, "model", None) or self.model
+        if getattr(chunk, "usage", None) is not None:  # the last chunk, with include_usage
+            self.usage = chunk.usage
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0):
+                continue  # only the first choice is ours
+            self.finish_reason = choice.finish_reason or self.finish_reason
+            delta = choice.delta
+            for call in getattr(delta, "tool_calls", None) or []:
+                self._add_call(call)
+            content = getattr(delta, "content", None)
+            if content:
+                self.text.append(content)
+                if not self.calls:  # text after a tool call began is not the answer
+                    self.on_text(content)
+
+    def _add_call(self, call: Any) -> None:
+        entry = self.calls.setdefault(call.index, {"id": None, "name": "", "arguments": []})
+        entry["id"] = call.id or entry["id"]
+        function = getattr(call, "function", None)
+        if function is not None:
+            entry["name"] += function.name or ""
+            entry["arguments"].append(function.arguments or "")
+
+    def message(self) -> dict[str, Any]:
+        content = "".join(self.text)
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c["id"] or f"call_{i}", "type": "function",
+                 "function": {"name": c["name"], "arguments": "".join(c["arguments"]) or "{}"}}
+                for i, c in sorted(self.calls.items())]
+        return message
+
+
 class OpenAICompatProvider(Provider):
     """A chat model behind the OpenAI Chat Completions API."""
 
     kind = "openai"
+    streams = True
 
     def __init__(self, settings: ProviderSettings) -> None:
         super().__init__(settings)
@@ -74,6 +122,7 @@ class OpenAICompatProvider(Provider):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
         request: dict[str, Any] = {
             "model": self.model,
@@ -83,23 +132,40 @@ class OpenAICompatProvider(Provider):
             request["tools"] = tools
         if temperature is not None:
             request["temperature"] = temperature
+        if on_text is not None:  # usage comes in a last chunk of its own
+            request |= {"stream": True, "stream_options": {"include_usage": True}}
         limit = max_tokens if max_tokens is not None else self.settings.max_output_tokens
         try:
-            response = await self._create(request, limit)
+            return await self._call(request, limit, on_text)
         except ProviderError as err:
             if not _wants_max_completion_tokens(err) or self._token_param != "max_tokens":
                 raise
             log.info("model %s wants max_completion_tokens; switching", self.model)
             self._token_param = "max_completion_tokens"
-            response = await self._create(request, limit)
-        return self._to_completion(response)
+            return await self._call(request, limit, on_text)
 
-    async def _create(self, request: dict[str, Any], limit: int) -> Any:
+    async def _call(self, request: dict[str, Any], limit: int, on_text: TextSink | None
+                    ) -> Completion:
         with sdk_errors(openai, openai.OpenAIError, provider=self.kind,
                         timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
                         secret=self.settings.api_key):
-            return await self._client.chat.completions.create(
+            response = await self._client.chat.completions.create(
                 **request, **{self._token_param: limit})
+            if on_text is None:
+                return self._to_completion(response)
+            reply = _StreamedReply(on_text)
+            async with response:  # a cancelled turn closes the connection here
+                async for chunk in response:
+                    reply.add(chunk)
+        return self._streamed_completion(reply)
+
+    def _streamed_completion(self, reply: _StreamedReply) -> Completion:
+        message = reply.message()
+        if not message["content"] and not message.get("tool_calls"):
+            raise EmptyReplyError(
+                f"openai: empty reply (finish_reason={reply.finish_reason})", provider=self.kind)
+        return Completion(message=message, usage=from_openai_chat(reply.usage),
+                          model=reply.model or self.model, finish_reason=reply.finish_reason)
 
     def _to_completion(self, response: Any) -> Completion:
         choices = getattr(response, "choices", None) or []
