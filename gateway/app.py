@@ -15,6 +15,7 @@ from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
 from gateway.router import ChatRouter
+from gateway.streaming import Streaming, StreamSettings
 from gateway.worker import GENERIC_FAILURE, ChatWorker
 from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
 from storage.base import SessionStore
@@ -39,8 +40,8 @@ class Gateway:
                  platforms: Sequence[PlatformFactory], *, auth: Authorizer,
                  commands: CommandTable | None = None, coalesce_ms: int = 1500,
                  resets: ResetPolicy | None = None, clock: Clock = utc_now,
-                 metrics: Metrics | None = None, metrics_at: tuple[str, int] | None = None
-                 ) -> None:
+                 metrics: Metrics | None = None, metrics_at: tuple[str, int] | None = None,
+                 streaming: StreamSettings | None = None) -> None:
         self.store = store
         self.conversations = conversations
         self.auth = auth
@@ -54,8 +55,10 @@ class Gateway:
         self.outbound = Outbound(self.adapters, store, self.metrics)
         self.resets = Resets(resets or ResetPolicy(), store, conversations, clock,
                              busy=lambda key: self.router.running(key) is not None)
+        live = Streaming(streaming or StreamSettings(enabled=False), self.adapters,
+                         self.outbound.budgets, self.metrics)
         self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth,
-                                 self.resets, self.metrics)
+                                 self.resets, self.metrics, live)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
         self.metrics.watch_router(self.router.activity)
         self._state = "new"  # new | initialized | running | stopped | closed

@@ -66,6 +66,28 @@ class SendBudget:
             self._bot_sent.append(self._clock())
         return True
 
+    def try_book(self, chat_key: str, *, group: bool, keep: int = 0,
+                 message: bool = True) -> bool:
+        """Book a slot for a streamed update only if it can go right now, leaving `keep`
+        of the group's per-minute sends for the final reply; never waits, never queues.
+
+        `message=False` (a draft, which is no message in the chat) takes only a slot of
+        the bot-wide rate, so the final reply need not wait out the chat's pace for it."""
+        if self._waiting.get(chat_key) or self._bot_turn.locked():
+            return False
+        if self._chat_delay(chat_key, group) > 0 or self._bot_delay() > 0:
+            return False
+        per_group = self.limits.per_group_per_minute
+        if group and per_group:
+            sent = self._window(self._group_sent.setdefault(chat_key, deque()), MINUTE_S)
+            if len(sent) + 1 + keep > per_group:
+                return False
+        if message:
+            self._book(chat_key, group)
+        elif self.limits.per_bot_per_second:
+            self._bot_sent.append(self._clock())
+        return True
+
     @staticmethod
     async def _until(delay: Callable[[], float]) -> None:
         """Sleep until `delay()` says the time has come (a clock, not an event: no one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -97,7 +98,13 @@ async def _serve(args: argparse.Namespace, config: Config) -> int:
               "(the console is); enable platforms.console or use `threadline chat`",
               file=sys.stderr)
         return EXIT_ERROR
-    return await serve(create_gateway(config, platforms))
+    gateway = create_gateway(config, platforms)
+    # Everything imported and built so far lives as long as the process: moved out of the
+    # collector's reach, a full collection no longer walks it (a pause of ~90 ms every few
+    # turns otherwise, measured with streamed replies).
+    gc.collect()
+    gc.freeze()
+    return await serve(gateway)
 
 
 async def _offline(args: argparse.Namespace, config: Config) -> int:

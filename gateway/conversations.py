@@ -15,6 +15,7 @@ from agent.agent import (
     Compacted,
     CompactResult,
     ModelLimits,
+    ReplyStream,
     TurnFailed,
     TurnResult,
 )
@@ -53,6 +54,7 @@ class Committed:
     before: tuple[Outgoing, ...]
     reply: tuple[Delivery, ...]  # empty when the turn failed
     after: tuple[Outgoing, ...]
+    failure: Outgoing | None = None  # the sentence a failed turn answers with
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,16 @@ def usage_records(entries: Sequence[UsageEntry]) -> tuple[UsageRecord, ...]:
 def compaction_record(compacted: Compacted, state: dict[str, Any]) -> Compaction:
     return Compaction(messages=tuple(new_message(m) for m in compacted.messages),
                       engine_state=state, covers=compacted.covers, sources=compacted.sources)
+
+
+def _out_chunks(chunks: Sequence[Chunk], previews: Sequence[str]) -> tuple[OutChunk, ...]:
+    return tuple(OutChunk(c.text, c.entities, previews[i] if i < len(previews) else None)
+                 for i, c in enumerate(chunks))
+
+
+def _pending(inbound_id: int, chunks: Sequence[OutChunk]) -> tuple[Delivery, ...]:
+    return tuple(Delivery(inbound_id, i, c.text, c.entities, "pending", c.edit_of)
+                 for i, c in enumerate(chunks))
 
 
 MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
@@ -214,8 +226,10 @@ class Conversations:
         self._agents.pop(chat_key, None)
 
     # --- a turn: prepare (the model's part, stoppable), then commit ------------------------
-    async def prepare(self, chat: ChatRef, records: list[InboundRecord]) -> Prepared:
-        """Store the inbound messages, run hygiene and the model turn; write no reply yet.
+    async def prepare(self, chat: ChatRef, records: list[InboundRecord],
+                      stream: ReplyStream | None = None) -> Prepared:
+        """Store the inbound messages, run hygiene and the model turn (its answer shown on
+        `stream` while written); write no reply yet.
 
         Cancelling this (a /stop) leaves the store consistent: what it wrote is complete,
         and the caller forgets the agent so the next turn rebuilds it from the store.
@@ -226,28 +240,41 @@ class Conversations:
         session, notices = await self._hygiene(chat, session, agent)
         base = Prepared(chat.key, session, agent, ids, reply_to, tuple(notices))
         try:
-            return replace(base, result=await agent.run_turn())
+            return replace(base, result=await agent.run_turn(stream))
         except TurnFailed as failed:
             return replace(base, failure=failed)
 
-    async def commit(self, prepared: Prepared, render: Callable[[str], list[Chunk]]
-                     ) -> Committed:
+    async def commit(self, prepared: Prepared, render: Callable[[str], list[Chunk]],
+                     previews: Sequence[str] = ()) -> Committed:
         """Persist the prepared turn in one transaction, the reply's chunks (as `render`
-        makes them for the platform) recorded as pending deliveries; return what to send."""
+        makes them for the platform) recorded as pending deliveries, each replacing the
+        streamed preview at its position if there is one; return what to send."""
         if prepared.failure is not None:
             await self.store.record_turn(prepared.session.id, TurnRecord(
                 failed=prepared.inbound_ids, usage=usage_records(prepared.failure.usage)))
             failure = Outgoing(prepared.failure.user_message, prepared.reply_to)
-            return Committed(prepared.notices, (), (failure,))
+            return Committed(prepared.notices, (), (), failure)
         result = prepared.result
         assert result is not None
-        chunks = render(result.reply if result.reply.strip() else NO_TEXT)
-        await self._persist_turn(prepared, result,
-                                 tuple(OutChunk(c.text, c.entities) for c in chunks))
-        last = prepared.inbound_ids[-1]
-        reply = tuple(Delivery(last, i, c.text, c.entities, "pending")
-                      for i, c in enumerate(chunks))
-        return Committed(prepared.notices, reply, tuple(Outgoing(n) for n in result.notices))
+        chunks = _out_chunks(render(result.reply if result.reply.strip() else NO_TEXT),
+                             previews)
+        await self._persist_turn(prepared, result, chunks)
+        return Committed(prepared.notices, _pending(prepared.inbound_ids[-1], chunks),
+                         tuple(Outgoing(n) for n in result.notices))
+
+    async def commit_partial(self, chat_key: str, records: list[InboundRecord], text: str,
+                             render: Callable[[str], list[Chunk]], previews: Sequence[str]
+                             ) -> Committed:
+        """Store a reply /stop cut short as it stays on screen (`text`, already marked),
+        answering `records`; the half-turn agent is forgotten and rebuilt from the store."""
+        self.forget(chat_key)
+        session = await self.live_session(chat_key)
+        ids = tuple(r.id for r in records)
+        chunks = _out_chunks(render(text), previews)
+        await self.store.record_turn(session.id, TurnRecord(
+            after=(new_message({"role": "assistant", "content": text}),), replied=ids,
+            delivery=chunks))
+        return Committed((), _pending(ids[-1], chunks), ())
 
     async def abandon(self, chat_key: str, records: list[InboundRecord], *,
                       failed: bool) -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gateway.budget import SendBudget
 from gateway.metrics import Metrics
@@ -29,6 +31,8 @@ from storage.base import SessionStore
 from storage.models import Delivery
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 TYPING_REFRESH_S = 4.0
 MAX_RATE_LIMITS = 8  # retry-after pauses honoured for one message before giving up
@@ -86,14 +90,21 @@ class Outbound:
                       ) -> bool:
         """Send a stored reply's pending chunks in order, marking each as it goes.
 
-        True when every chunk is with the platform (or refused for good); False when a
-        transient failure left some pending for the next start.
+        A chunk recorded with a platform message id replaces that message (the preview a
+        streamed reply was shown in) instead of sending a new one. True when every chunk
+        is with the platform (or refused for good); False when a transient failure left
+        some pending for the next start.
         """
         for chunk in chunks:
             if chunk.status != "pending":
                 continue
-            outcome = await self._send_chunk(chat, Chunk(chunk.text, chunk.entities),
-                                             reply_to if chunk.chunk == 0 else None)
+            outcome: str | None | Undeliverable | bool
+            if chunk.platform_message_id:
+                outcome = await self._edit_chunk(chat, chunk.platform_message_id,
+                                                 Chunk(chunk.text, chunk.entities))
+            else:
+                outcome = await self._send_chunk(chat, Chunk(chunk.text, chunk.entities),
+                                                 reply_to if chunk.chunk == 0 else None)
             if outcome is False:
                 return False
             refused = isinstance(outcome, Undeliverable)
@@ -101,19 +112,52 @@ class Outbound:
                                             None if refused else outcome, failed=refused)
         return True
 
+    async def _edit_chunk(self, chat: ChatRef, message_id: str, chunk: Chunk
+                          ) -> str | None | Undeliverable | bool:
+        """Turn a preview into its final chunk; a preview that is gone (deleted in the
+        chat) gets the chunk as a new message instead."""
+        adapter = self.adapters[chat.platform]
+        outcome = await self._paced(chat, lambda: adapter.edit(chat, message_id, chunk))
+        if isinstance(outcome, Undeliverable):
+            log.info("%s: preview %s in %s could not be edited (%s); sending the reply part "
+                     "anew", chat.platform, message_id, chat.key, outcome)
+            return await self._send_chunk(chat, chunk, None)
+        return message_id if outcome is not False else False
+
+    async def replace(self, chat: ChatRef, previews: Sequence[str], text: str,
+                      reply_to: str | None) -> None:
+        """Say `text` instead of what the previews show (a failure, after a partial
+        reply): the first preview becomes it, the others go. No previews: a new message."""
+        if not previews:
+            await self.send(chat, text, reply_to)
+            return
+        chunks = self.render(chat, text)
+        await self._edit_chunk(chat, previews[0], chunks[0])
+        for chunk in chunks[1:]:
+            await self._send_chunk(chat, chunk, None)
+        await self.discard(chat, previews[1:])
+
+    async def discard(self, chat: ChatRef, message_ids: Sequence[str]) -> None:
+        """Delete previews the final reply did not need (logged when the platform will not)."""
+        adapter = self.adapters.get(chat.platform)
+        for message_id in message_ids:
+            if adapter is not None:
+                await self._paced(chat, functools.partial(adapter.delete, chat, message_id))
+
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         """Tell the adapter everything about these inbound messages has been said."""
         adapter = self.adapters.get(chat.platform)
         if adapter is not None:
             await adapter.delivered(chat, message_ids)
 
-    async def keep_typing(self, chat: ChatRef) -> None:
-        """Refresh the typing indicator until cancelled, only when the budget has room."""
+    async def keep_typing(self, chat: ChatRef, until: Callable[[], bool] | None = None) -> None:
+        """Refresh the typing indicator until cancelled (or `until()` says the reply is
+        showing), only when the budget has room."""
         adapter = self.adapters.get(chat.platform)
         if adapter is None:
             return
         budget = self.budgets[chat.platform]
-        while True:
+        while not (until and until()):
             if budget.typing_allowed(chat.key, group=chat.group):
                 try:
                     await adapter.typing(chat)
@@ -130,30 +174,37 @@ class Outbound:
         if adapter is None:
             log.warning("no adapter for %s; dropping a message to %s", chat.platform, chat.key)
             return False
-        budget = self.budgets[chat.platform]
+        return await self._paced(chat, lambda: adapter.send(chat, chunk, reply_to))
+
+    async def _paced(self, chat: ChatRef, call: Callable[[], Awaitable[T]]
+                     ) -> T | Undeliverable | bool:
+        """One platform call, paced, with the platform's pauses honoured: its result; an
+        Undeliverable when refused for good; False when it could not be made now."""
+        name = chat.platform
+        budget = self.budgets[name]
         rate_limits = downs = 0
         while True:
             await budget.wait_turn(chat.key, group=chat.group)
             try:
-                return await adapter.send(chat, chunk, reply_to)
+                return await call()
             except RateLimited as exc:
                 rate_limits += 1
-                log.warning("%s: %s is rate limited for %.1f s", adapter.name, chat.key,
+                log.warning("%s: %s is rate limited for %.1f s", name, chat.key,
                             exc.retry_after)
                 budget.pause(chat.key, exc.retry_after)
-                self.metrics.rate_limited.labels(adapter.name).inc()
-                self.metrics.paused.labels(adapter.name).inc(exc.retry_after)
+                self.metrics.rate_limited.labels(name).inc()
+                self.metrics.paused.labels(name).inc(exc.retry_after)
                 if rate_limits > MAX_RATE_LIMITS:
                     return False
             except Undeliverable as exc:
-                log.warning("%s: %s refused a message for good: %s", adapter.name, chat.key, exc)
+                log.warning("%s: %s refused a message for good: %s", name, chat.key, exc)
                 return exc
             except (PlatformDown, SendError, OSError) as exc:
                 if downs >= len(DOWN_RETRIES_S):
-                    log.warning("%s: sending to %s failed: %s", adapter.name, chat.key, exc)
+                    log.warning("%s: sending to %s failed: %s", name, chat.key, exc)
                     return False
                 await asyncio.sleep(DOWN_RETRIES_S[downs])
                 downs += 1
             except Exception:
-                log.exception("%s: sending to %s failed", adapter.name, chat.key)
+                log.exception("%s: sending to %s failed", name, chat.key)
                 return False

@@ -23,6 +23,7 @@ from gateway.conversations import Conversations
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.pricing import Price
 from gateway.resets import Clock, ResetPolicy, utc_now
+from gateway.streaming import StreamSettings
 from platforms.base import PlatformFactory
 from platforms.console import ConsoleAdapter
 from storage.base import SessionStore
@@ -157,4 +158,6 @@ def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
                    auth=Authorizer(config), commands=commands,
                    coalesce_ms=config.gateway.coalesce_ms,
                    resets=ResetPolicy.from_config(config.gateway.session_reset), clock=clock,
-                   metrics=metrics, metrics_at=(m.listen, m.port) if m.port else None)
+                   metrics=metrics, metrics_at=(m.listen, m.port) if m.port else None,
+                   streaming=StreamSettings(config.streaming.enabled,
+                                            config.streaming.min_interval_ms / 1000))

@@ -21,6 +21,7 @@ from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Resets
+from gateway.streaming import LiveReply, Streaming, mark_stopped
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
 from storage.models import Delivery, InboundRecord
@@ -40,8 +41,9 @@ class ChatWorker:
 
     def __init__(self, store: SessionStore, conversations: Conversations, outbound: Outbound,
                  commands: CommandTable, auth: Authorizer, resets: Resets,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, streaming: Streaming) -> None:
         self.store = store
+        self.streaming = streaming
         self.resets = resets
         self.metrics = metrics
         self.conversations = conversations
@@ -119,53 +121,86 @@ class ChatWorker:
         notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
         if notice:
             await self.outbound.send(chat, notice)
-        typing = asyncio.create_task(self.outbound.keep_typing(chat))
+        live = self.streaming.open(chat, records[-1].message_id, draft_id=records[-1].id)
+        typing = asyncio.create_task(self.outbound.keep_typing(
+            chat, until=(lambda: live.showing) if live else None))
         started = time.monotonic()
         failure: str | None = None
         try:
             prepared = await self._until_stopped(
-                running, self.conversations.prepare(chat, records))
+                running, self.conversations.prepare(chat, records, live))
         except Exception:
             log.exception("turn failed in %s", chat_key)
             prepared, failure = None, "failed"
         finally:
             typing.cancel()
+            if live is not None:
+                await asyncio.shield(live.close())
         if prepared is None:
             outcome = failure or running.stop_reason or "failed"
             self.metrics.turns.labels(outcome).inc()
-            return await self._not_answered(chat, records, outcome)
+            if outcome == "stop" and live is not None and live.written.strip():
+                return await self._stopped_midway(chat, records, live)
+            return await self._not_answered(chat, records, outcome, live)
+        previews = live.previews if live else ()
         try:
             committed = await self.conversations.commit(
-                prepared, lambda text: self.outbound.render(chat, text))
+                prepared, lambda text: self.outbound.render(chat, text), previews)
         except Exception:
             log.exception("storing the turn failed in %s", chat_key)
             self.metrics.turns.labels("failed").inc()
-            return await self._not_answered(chat, records, "failed")
+            return await self._not_answered(chat, records, "failed", live)
         self.metrics.turns.labels("failed" if prepared.failure else "answered").inc()
         self.metrics.turn_seconds.observe(time.monotonic() - started)
         await self.outbound.send_all(chat, committed.before)
+        if committed.failure is not None:
+            await self.outbound.replace(chat, previews, committed.failure.text,
+                                        committed.failure.reply_to)
         if committed.reply:
-            await self._deliver(chat, records, committed.reply)
+            await self._deliver(chat, records, committed.reply, live)
         await self.outbound.send_all(chat, committed.after)
         await self.outbound.delivered(chat, ids)
 
+    async def _stopped_midway(self, chat: ChatRef, records: list[InboundRecord],
+                              live: LiveReply) -> None:
+        """/stop during a streamed answer: what was written stays, marked, and is stored as
+        the reply, so the chat and the transcript agree."""
+        text = mark_stopped(live.written)
+        try:
+            committed = await asyncio.shield(self.conversations.commit_partial(
+                chat.key, records, text, lambda t: self.outbound.render(chat, t), live.previews))
+        except Exception:
+            log.exception("storing a stopped reply failed in %s", chat.key)
+            return await self._not_answered(chat, records, "stop", live)
+        await self._deliver(chat, records, committed.reply, live)
+        await self.outbound.delivered(chat, tuple(r.message_id for r in records))
+
     async def _deliver(self, chat: ChatRef, records: list[InboundRecord],
-                       reply: Sequence[Delivery]) -> None:
-        """Send a stored reply; the store marks its messages answered with the last chunk."""
+                       reply: Sequence[Delivery], live: LiveReply | None = None) -> None:
+        """Send a stored reply; the store marks its messages answered with the last chunk.
+        Previews of a streamed reply become its chunks; previews left over go."""
+        if live is not None:
+            await live.settle()
         if not await self.outbound.deliver(chat, reply, records[-1].message_id):
             self.metrics.undelivered.labels(chat.platform).inc()
             log.warning("chat %s: part of a reply could not be sent; the rest goes out after "
                         "a restart", chat.key)
+        if live is not None:
+            await self.outbound.discard(chat, live.previews[len(reply):])
 
     async def _not_answered(self, chat: ChatRef, records: list[InboundRecord],
-                            reason: str | None) -> None:
-        """A turn that produced nothing: superseded (silently), stopped, or failed."""
+                            reason: str | None, live: LiveReply | None = None) -> None:
+        """A turn that produced nothing: superseded (silently), stopped, or failed. Previews
+        of a partial answer are replaced by the sentence (or removed, when superseded)."""
         failed = reason != "superseded"
         await asyncio.shield(self.conversations.abandon(chat.key, records, failed=failed))
+        previews = live.previews if live else ()
         if not failed:
+            await self.outbound.discard(chat, previews)
             return  # the router answers these together with the newer message
         text = STOPPED if reason == "stop" else GENERIC_FAILURE
-        await self.outbound.send(chat, text, None if reason == "stop" else records[-1].message_id)
+        await self.outbound.replace(chat, previews, text,
+                                    None if reason == "stop" else records[-1].message_id)
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
     async def _resend(self, job: ResendJob) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from platforms.text import split_message
+from platforms.text import markdown_balanced, split_message
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,35 @@ class PlatformAdapter(ABC):
 
     async def typing(self, chat: ChatRef) -> None:  # noqa: B027 - optional
         """Show a typing indicator where the platform has one."""
+
+    # --- a reply shown while it is written (docs/architecture.md, "Streaming") ----------
+    def stream_mode(self, chat: ChatRef) -> str | None:
+        """How this chat sees a reply being written: "draft" (a native preview that is not
+        a message), "edit" (a message edited as text arrives), "append" (text printed as
+        it comes), or None (the reply arrives whole)."""
+        return None
+
+    def render_partial(self, text: str) -> list[Chunk]:
+        """An unfinished reply as messages: formatted where its Markdown is complete."""
+        return self.render(text) if markdown_balanced(text) else [
+            Chunk(part) for part in split_message(text, self.max_message_length)]
+
+    async def send_draft(self, chat: ChatRef, draft_id: int, chunk: Chunk) -> None:
+        """Show `chunk` as the draft `draft_id` ("draft" mode). Raises SendError kinds."""
+        raise Undeliverable(f"{self.name} has no drafts")
+
+    async def edit(self, chat: ChatRef, message_id: str, chunk: Chunk) -> None:
+        """Replace a sent message's text ("edit" mode, and a streamed reply's final form);
+        an edit that changes nothing succeeds. Raises SendError kinds."""
+        raise Undeliverable(f"{self.name} cannot edit messages")
+
+    async def delete(self, chat: ChatRef, message_id: str) -> None:
+        """Remove a message the bot sent (a preview the final reply did not need)."""
+        raise Undeliverable(f"{self.name} cannot delete messages")
+
+    async def append(self, chat: ChatRef, text: str) -> None:
+        """Add text to the reply being written ("append" mode)."""
+        raise Undeliverable(f"{self.name} cannot append")
 
     async def register_commands(self, commands: list[tuple[str, str]],
                                 registered: str | None = None) -> str | None:

@@ -36,6 +36,7 @@ class ConsoleAdapter(PlatformAdapter):
         self._closed = asyncio.Event()
         self._waiting: dict[str, asyncio.Event] = {}
         self._seq = 0
+        self._shown: dict[str, str] = {}  # chat -> the part of a reply printed while written
 
     async def start(self) -> None:
         # Bytes that are not valid text must not cost the user their line: a strict
@@ -59,7 +60,31 @@ class ConsoleAdapter(PlatformAdapter):
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
+    def stream_mode(self, chat: ChatRef) -> str:
+        return "append"
+
+    async def append(self, chat: ChatRef, text: str) -> None:
+        """Print what is new in the reply so far. Whitespace at either end waits: the stored
+        reply is trimmed, and the final send must find exactly what was printed."""
+        visible = text.strip()
+        shown = self._shown.get(chat.key)
+        if shown is None:
+            if not visible:
+                return
+            self._write("\nthreadline> " if self.interactive else "")
+            shown = ""
+        if visible.startswith(shown):  # else retracted: the final reply says the rest
+            self._write(visible[len(shown):])
+            self._shown[chat.key] = visible
+
     async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str | None:
+        shown = self._shown.pop(chat.key, None)
+        if shown is not None:
+            if chunk.text.startswith(shown):  # the rest of the reply printed as it came
+                rest = chunk.text[len(shown):].rstrip("\n")
+                self._write(rest + (f"\n{PROMPT}" if self.interactive else "\n"))
+                return None
+            self._write("\n")  # a different text follows (a failure): end the partial line
         if self.interactive:
             self._write(f"\nthreadline> {chunk.text}\n{PROMPT}")
         else:

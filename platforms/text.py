@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 _FENCE = re.compile(r"^\s*```(\S*)", re.MULTILINE)
 FENCE_CLOSE = "\n```"
+_FENCE_BLOCK = re.compile(r"^\s*```.*?^\s*```[^\n]*$", re.MULTILINE | re.DOTALL)
 
 
 def utf16_len(text: str) -> int:
@@ -73,3 +74,25 @@ def split_message(text: str, limit: int, measure: Callable[[str], int] = len) ->
         chunks.append(chunk)
         fence = still_open
     return chunks
+
+
+_INLINE_PAIRS = ("**", "__", "~~", "`")
+_LINK_OPENED = re.compile(r"\[[^\]\n]*$|\]\([^)\n]*$")
+
+
+def markdown_balanced(text: str) -> bool:
+    """Whether a reply cut off mid-way still reads as whole Markdown: code fences closed,
+    inline markers paired and no link half written. An unfinished text that is not gets
+    shown plain until it is, so half a marker never turns the rest of a message bold."""
+    fences = len(_FENCE.findall(text))
+    if fences % 2:
+        return False
+    outside = _FENCE_BLOCK.sub("", text)
+    if _LINK_OPENED.search(outside):
+        return False
+    for marker in _INLINE_PAIRS:
+        count = outside.count(marker)
+        if count % 2:
+            return False
+        outside = outside.replace(marker, "")  # "**" is not two "*" pairs, nor "`" in it
+    return True

@@ -164,6 +164,8 @@ class OutChunk:
 
     text: str
     entities: tuple[dict[str, Any], ...] = ()
+    # The message a streamed reply was previewed in: delivering this chunk edits it.
+    edit_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class Delivery:
     text: str
     entities: tuple[dict[str, Any], ...]
     status: str  # pending | sent | failed
+    # Once sent: the platform's message. While pending: the preview to edit, if any.
     platform_message_id: str | None = None
 
 

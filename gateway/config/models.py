@@ -174,6 +174,11 @@ class ModelPrice(Section):
         return data
 
 
+class StreamingConfig(Section):
+    enabled: bool = True  # show replies while they are written
+    min_interval_ms: int = Field(1000, ge=0)  # at most one update per chat this often
+
+
 class MetricsConfig(Section):
     listen: str = "127.0.0.1"
     port: int | None = Field(None, ge=0, le=65535)  # a port turns the Prometheus endpoint on
@@ -304,6 +309,7 @@ class Config(Section):
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     prompt_caching: PromptCachingConfig = Field(default_factory=PromptCachingConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    streaming: StreamingConfig = Field(default_factory=StreamingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     prices: Annotated[dict[str, ModelPrice], BeforeValidator(_none_to_mapping)] = Field(
         default_factory=dict)  # by model name, as the provider names it

@@ -235,6 +235,21 @@ class DiscordAdapter(PlatformAdapter):
                                       reference=reference)  # type: ignore[arg-type]
         return str(sent.id)
 
+    def stream_mode(self, chat: ChatRef) -> str:
+        return "edit"
+
+    def render_partial(self, text: str) -> list[Chunk]:
+        return self.render(text)  # Markdown passes through: unfinished, it shows as typed
+
+    async def edit(self, chat: ChatRef, message_id: str, chunk: Chunk) -> None:
+        message = self._channel(chat).get_partial_message(int(message_id))
+        with _errors_as_kinds():
+            await message.edit(content=chunk.text, allowed_mentions=MENTIONS)
+
+    async def delete(self, chat: ChatRef, message_id: str) -> None:
+        with _errors_as_kinds():
+            await self._channel(chat).get_partial_message(int(message_id)).delete()
+
     async def typing(self, chat: ChatRef) -> None:
         with _errors_as_kinds():
             await self._channel(chat).typing()

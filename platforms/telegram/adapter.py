@@ -32,6 +32,7 @@ from platforms.base import (
 )
 from platforms.telegram import format as fmt
 from platforms.telegram.inbound import AdminCache, to_inbound
+from platforms.text import markdown_balanced, split_message, utf16_len
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class TelegramAdapter(PlatformAdapter):
             raise Undeliverable(f"telegram: {exc}") from exc
 
     async def _send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None) -> str:
-        entities = [MessageEntity.de_json(dict(e), None) for e in chunk.entities]
+        entities = _entities(chunk)
         reply = (ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
                  if reply_to else None)
         with _errors_as_kinds():
@@ -167,6 +168,63 @@ class TelegramAdapter(PlatformAdapter):
                 reply_parameters=reply, message_thread_id=_thread(chat))
         return str(sent.message_id)
 
+    # --- a reply shown while it is written -----------------------------------------------
+    def stream_mode(self, chat: ChatRef) -> str:
+        # sendMessageDraft is for private chats; groups and topics see one message edited.
+        return "edit" if chat.group else "draft"
+
+    def render_partial(self, text: str) -> list[Chunk]:
+        if markdown_balanced(text):
+            return fmt.render(text)
+        parts = split_message(text, self.max_message_length, measure=utf16_len)
+        return [Chunk(part) for part in parts if part.strip()]
+
+    async def send_draft(self, chat: ChatRef, draft_id: int, chunk: Chunk) -> None:
+        try:
+            await self._draft(chat, draft_id, chunk)
+        except Undeliverable as exc:
+            if not (chunk.entities and "can't parse entities" in str(exc).lower()):
+                raise
+            await self._draft(chat, draft_id, fmt.plain(chunk))  # the same words, plain
+
+    async def _draft(self, chat: ChatRef, draft_id: int, chunk: Chunk) -> None:
+        params: dict[str, Any] = {"chat_id": int(chat.chat_id), "draft_id": draft_id,
+                                  "text": chunk.text, "message_thread_id": _thread(chat)}
+        bot = self.app.bot
+        with _errors_as_kinds(bad_request=True):
+            if hasattr(bot, "send_message_draft"):
+                await bot.send_message_draft(entities=_entities(chunk) or None, **params)
+            else:  # an older python-telegram-bot: the same Bot API call, by name
+                extra = {"entities": list(chunk.entities)} if chunk.entities else {}
+                await bot.do_api_request("sendMessageDraft", api_kwargs={
+                    **{k: v for k, v in params.items() if v is not None}, **extra})
+
+    async def edit(self, chat: ChatRef, message_id: str, chunk: Chunk) -> None:
+        try:
+            await self._edit(chat, message_id, chunk)
+        except BadRequest as exc:
+            text = str(exc).lower()
+            if "message is not modified" in text:
+                return  # already says exactly this
+            if chunk.entities and "can't parse entities" in text:
+                log.warning("telegram: %s rejected an edit's formatting (%s); editing in plain "
+                            "text", chat.key, exc)
+                with _errors_as_kinds(bad_request=True):
+                    await self._edit(chat, message_id, fmt.plain(chunk))
+                return
+            raise Undeliverable(f"telegram: {exc}") from exc
+
+    async def _edit(self, chat: ChatRef, message_id: str, chunk: Chunk) -> None:
+        with _errors_as_kinds():
+            await self.app.bot.edit_message_text(
+                text=chunk.text, chat_id=int(chat.chat_id), message_id=int(message_id),
+                entities=_entities(chunk) or None)
+
+    async def delete(self, chat: ChatRef, message_id: str) -> None:
+        with _errors_as_kinds(bad_request=True):
+            await self.app.bot.delete_message(chat_id=int(chat.chat_id),
+                                              message_id=int(message_id))
+
     async def typing(self, chat: ChatRef) -> None:
         with _errors_as_kinds():
             await self.app.bot.send_chat_action(chat_id=int(chat.chat_id),
@@ -174,14 +232,26 @@ class TelegramAdapter(PlatformAdapter):
                                                 message_thread_id=_thread(chat))
 
 
+def _entities(chunk: Chunk) -> list[MessageEntity]:
+    return [MessageEntity.de_json(dict(e), None) for e in chunk.entities]
+
+
 class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a phrase
-    """PTB's errors as the gateway's send error kinds (BadRequest passes through)."""
+    """PTB's errors as the gateway's send error kinds; BadRequest passes through unless
+    `bad_request`, when it is a refusal for good like the rest."""
+
+    def __init__(self, *, bad_request: bool = False) -> None:
+        self.bad_request = bad_request
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None or isinstance(exc, BadRequest):
+        if exc is None:
+            return False
+        if isinstance(exc, BadRequest):
+            if self.bad_request:
+                raise Undeliverable(f"telegram: {exc}") from exc
             return False
         if isinstance(exc, RetryAfter):
             raise RateLimited(_seconds(exc), "telegram flood control") from exc

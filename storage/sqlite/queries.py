@@ -324,13 +324,14 @@ UNDELIVERED = (f"SELECT DISTINCT reply_row_id FROM deliveries WHERE reply_row_id
 
 async def insert_delivery(db: aiosqlite.Connection, inbound_id: int, reply: StoredMessage,
                           chunks: Sequence[OutChunk]) -> None:
-    """Record a reply's chunks as pending (a redelivered turn keeps the first record)."""
+    """Record a reply's chunks as pending (a redelivered turn keeps the first record); a
+    chunk that replaces a streamed preview carries the preview's message id."""
     if not chunks:
         return
     await db.executemany(
-        "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)))
+        "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
+        " platform_message_id) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of)
          for i, c in enumerate(chunks)])
 
 

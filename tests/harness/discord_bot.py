@@ -30,6 +30,10 @@ def discord_platform(fake: FakeDiscord, **discord: Any) -> dict[str, Any]:
 def discord_config(tmp_path: Path, fake: FakeDiscord, model_url: str, *,
                    discord: dict[str, Any] | None = None,
                    model: dict[str, Any] | None = None, **sections: Any) -> Config:
+    """Streaming is off unless `streaming=` says otherwise: the fake logs every edit as a
+    write of its own, and most tests count writes (tests/platforms/discord/
+    test_discord_streaming.py turns it on)."""
+    sections.setdefault("streaming", {"enabled": False})
     path = write_config(tmp_path, model={"base_url": model_url, **(model or {})},
                         platforms=discord_platform(fake, **(discord or {})), **sections)
     return load_config(path)

@@ -151,7 +151,7 @@ async def test_a_chunk_rejected_for_its_formatting_is_resent_as_plain_words(
     config = telegram_config(tmp_path, fake_telegram, fake_openai.base_url,
                              model={"max_output_tokens": 4000})
     expected = render(reply)
-    fake_telegram.reject_entities_next(1)
+    fake_telegram.reject_entities_next(1, method="sendMessage")
     async with telegram_gateway(config):
         fake_telegram.push(fake_telegram.updates.private_text("explain", USER))
         sent = await fake_telegram.wait_for_messages(USER, len(expected), timeout=20)
