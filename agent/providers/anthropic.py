@@ -312,7 +312,7 @@ class AnthropicProvider(Provider):
                     if event.type == "content_block_start":
                         calling = calling or event.content_block.type == "tool_use"
                     elif event.type == "text" and event.text and not calling:
-                        pass
+                        on_text(event.text)
                 return await stream.get_final_message()
 
     async def aclose(self) -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import importlib
 import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
-
-import httpx
 
 from agent.errors import (
     AuthError,
@@ -233,6 +232,24 @@ def from_status_exception(exc: Any, *, provider: str, secret: str | None = None)
     return classify_status(info, provider=provider, headers=headers, secret=secret)
 
 
+def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """(timeouts, other failures) of the HTTP transport the SDKs are built on: newer
+    openai and anthropic releases use `httpx2`, older ones `httpx`, whichever is here."""
+    timeouts: list[type[Exception]] = []
+    failures: list[type[Exception]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        timeouts.append(module.TimeoutException)
+        failures.append(module.HTTPError)
+    return tuple(timeouts), tuple(failures)
+
+
+_TRANSPORT_TIMEOUTS, _TRANSPORT_FAILURES = _transport_errors()
+
+
 @contextlib.contextmanager
 def sdk_errors(sdk: ModuleType, base_error: type[Exception], *, provider: str,
                timeout_s: float, base_url: object, secret: str | None) -> Iterator[None]:
@@ -249,11 +266,11 @@ def sdk_errors(sdk: ModuleType, base_error: type[Exception], *, provider: str,
             provider=provider) from exc
     except sdk.APIStatusError as exc:
         raise from_status_exception(exc, provider=provider, secret=secret) from exc
-    # A stream that breaks off after it began: the SDKs pass httpx's own errors through.
-    except httpx.TimeoutException as exc:
+    # A stream that breaks off after it began: the SDKs pass their transport's errors on.
+    except _TRANSPORT_TIMEOUTS as exc:
         raise ProviderTimeoutError(f"{provider}: the reply stalled for {timeout_s:g}s",
                                    provider=provider) from exc
-    except httpx.HTTPError as exc:
+    except _TRANSPORT_FAILURES as exc:
         raise ProviderUnavailableError(
             f"{provider}: the connection broke off mid-reply: "
             f"{plain_error(str(exc), limit=_MAX_MESSAGE, known=secret)}",
