@@ -5,95 +5,48 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from agent.agent import (
-    Agent,
+from agent.agent import Agent
+from agent.context_engine import ContextEngine, EngineFactory
+from agent.providers.base import Provider
+from agent.tokens import estimate_text, over_share
+from agent.tools.budget import OutputBudget, chat_directory
+from agent.tools.builtin import Found, history_search
+from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
+from agent.turns import (
     AgentSettings,
-    Compacted,
     CompactResult,
     ModelLimits,
     ReplyStream,
     TurnFailed,
     TurnResult,
 )
-from agent.context_engine import ContextEngine, EngineFactory
-from agent.providers.base import Provider
-from agent.tokens import estimate_message, estimate_text, over_share
-from agent.tools.budget import OutputBudget, chat_directory
-from agent.tools.builtin import Found, history_search
-from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
-from agent.usage import UsageEntry
 from gateway.hygiene import needs_hygiene
 from gateway.metrics import Metrics
 from gateway.outbound import Outgoing
 from gateway.pricing import Price
+from gateway.turn_records import (
+    Committed,
+    Prepared,
+    compaction_record,
+    new_message,
+    out_chunks,
+    pending,
+    usage_records,
+)
 from platforms.base import ChatRef, Chunk
 from storage.base import SessionStore
 from storage.errors import ContinuationConflict
 from storage.models import (
-    Compaction,
-    Delivery,
     InboundRecord,
-    NewMessage,
     OutChunk,
     SessionRecord,
     TurnRecord,
-    UsageRecord,
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Committed:
-    """A stored turn, ready to send: notices, the reply's chunks, then more notices."""
-
-    before: tuple[Outgoing, ...]
-    reply: tuple[Delivery, ...]  # empty when the turn failed
-    after: tuple[Outgoing, ...]
-    failure: Outgoing | None = None  # the sentence a failed turn answers with
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A turn the model has answered but nothing of which is stored or sent yet."""
-
-    chat_key: str
-    session: SessionRecord
-    agent: Agent
-    inbound_ids: tuple[int, ...]
-    reply_to: str | None
-    notices: tuple[Outgoing, ...]  # from a hygiene compaction before the turn
-    result: TurnResult | None = None
-    failure: TurnFailed | None = None
-
-
-def new_message(message: dict[str, Any], **kw: Any) -> NewMessage:
-    return NewMessage(message=message, tokens=estimate_message(message), **kw)
-
-
-def usage_records(entries: Sequence[UsageEntry]) -> tuple[UsageRecord, ...]:
-    """The agent's usage entries as store rows (the counts carry the same names)."""
-    return tuple(UsageRecord(model=e.model, purpose=e.purpose, **asdict(e.usage))
-                 for e in entries)
-
-
-def compaction_record(compacted: Compacted, state: dict[str, Any]) -> Compaction:
-    return Compaction(messages=tuple(new_message(m) for m in compacted.messages),
-                      engine_state=state, covers=compacted.covers, sources=compacted.sources)
-
-
-def _out_chunks(chunks: Sequence[Chunk], previews: Sequence[str]) -> tuple[OutChunk, ...]:
-    return tuple(OutChunk(c.text, c.entities, previews[i] if i < len(previews) else None)
-                 for i, c in enumerate(chunks))
-
-
-def _pending(inbound_id: int, chunks: Sequence[OutChunk]) -> tuple[Delivery, ...]:
-    return tuple(Delivery(inbound_id, i, c.text, c.entities, "pending", c.edit_of)
-                 for i, c in enumerate(chunks))
 
 
 MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
@@ -256,10 +209,10 @@ class Conversations:
             return Committed(prepared.notices, (), (), failure)
         result = prepared.result
         assert result is not None
-        chunks = _out_chunks(render(result.reply if result.reply.strip() else NO_TEXT),
+        chunks = out_chunks(render(result.reply if result.reply.strip() else NO_TEXT),
                              previews)
         await self._persist_turn(prepared, result, chunks)
-        return Committed(prepared.notices, _pending(prepared.inbound_ids[-1], chunks),
+        return Committed(prepared.notices, pending(prepared.inbound_ids[-1], chunks),
                          tuple(Outgoing(n) for n in result.notices))
 
     async def commit_partial(self, chat_key: str, records: list[InboundRecord], text: str,
@@ -270,11 +223,11 @@ class Conversations:
         self.forget(chat_key)
         session = await self.live_session(chat_key)
         ids = tuple(r.id for r in records)
-        chunks = _out_chunks(render(text), previews)
+        chunks = out_chunks(render(text), previews)
         await self.store.record_turn(session.id, TurnRecord(
             after=(new_message({"role": "assistant", "content": text}),), replied=ids,
             delivery=chunks))
-        return Committed((), _pending(ids[-1], chunks), ())
+        return Committed((), pending(ids[-1], chunks), ())
 
     async def abandon(self, chat_key: str, records: list[InboundRecord], *,
                       failed: bool) -> None:

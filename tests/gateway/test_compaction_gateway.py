@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.conversations import new_message
+from gateway.turn_records import new_message
 from gateway.wiring import create_gateway
 from tests.harness.engines import install_plugin
 from tests.harness.fake_openai import FakeOpenAI, openai_error

@@ -8,7 +8,7 @@ import time
 import aiosqlite
 import pytest
 
-from gateway.conversations import new_message
+from gateway.turn_records import new_message
 from tests.harness.engines import install_plugin
 from tests.harness.gateway import (
     after_restart,
