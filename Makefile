@@ -50,6 +50,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/telegram.py
 	$(BIN)/python bench/discord.py
 	$(BIN)/python bench/caching.py
+	$(BIN)/python bench/streaming.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
