@@ -151,7 +151,6 @@ class LiveReply:
                 continue
             self._pushing = asyncio.ensure_future(self._push(update))
             await asyncio.shield(self._pushing)  # a close() waits for it instead
-            self._last = self.clock()
 
     def _next_update(self) -> _Update | None:
         text = self._text
@@ -174,6 +173,12 @@ class LiveReply:
         return None
 
     async def _push(self, update: _Update) -> None:
+        try:
+            await self._shown_or_counted(update)
+        finally:  # the interval runs from when an update landed, however the pump ended
+            self._last = self.clock()
+
+    async def _shown_or_counted(self, update: _Update) -> None:
         name, chat = self.adapter.name, self.chat
         try:
             await self._call(update)
