@@ -31,6 +31,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from platforms.text import split_message, utf16_len  # noqa: E402
 from tests.harness.discord_bot import discord_config, discord_gateway  # noqa: E402
 from tests.harness.fake_discord import FakeDiscord  # noqa: E402
 from tests.harness.fake_openai import FakeOpenAI  # noqa: E402
@@ -43,7 +44,7 @@ Sample = tuple[float, float, int]  # first visible (s), final (s), platform call
 
 
 def model(tokens: int, rate: float) -> tuple[FakeOpenAI, str]:
-    reply = " ".join(f"w{i:02d}" for i in range(tokens))[: tokens * CHARS_PER_TOKEN]
+    reply = " ".join(f"w{i:02d}" for i in range(tokens))[: tokens * CHARS_PER_TOKEN].strip()
 
     async def answer(body: dict[str, Any]) -> str:
         if not body.get("stream"):  # a whole reply takes as long to write as a streamed one
@@ -63,7 +64,7 @@ async def telegram_place(llm: FakeOpenAI, reply: str, chats: int, *, group: bool
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = telegram_config(Path(tmp), fake, llm.base_url,
-                                     model={"max_output_tokens": 4000},
+                                     model={"max_output_tokens": 4000, "timeout_s": 120},
                                      streaming={"enabled": streaming})
             async with telegram_gateway(config):
                 async def one(n: int) -> Sample:
@@ -91,17 +92,22 @@ async def discord_place(llm: FakeOpenAI, reply: str, chats: int, *,
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = discord_config(Path(tmp), fake, llm.base_url,
-                                    model={"max_output_tokens": 4000},
+                                    model={"max_output_tokens": 4000, "timeout_s": 120},
                                     streaming={"enabled": streaming})
+            expected = split_message(reply, 2000, measure=utf16_len)
+
+            def shown(dm: str) -> list[str]:  # the channel's messages as they stand now
+                ids = dict.fromkeys(m.id for m in fake.messages(dm) if m.id in fake.stored)
+                return [fake.stored[i]["content"] for i in ids]
+
             async with discord_gateway(config):
                 async def one(n: int) -> Sample:
                     user = str(810_000_000_000_000_000 + n)
                     dm = fake.dm_channel(user)
                     pushed = time.monotonic()
                     await fake.user_message(dm, "go", author_id=user)
-                    await eventually(lambda: [fake.stored[m.id]["content"] for m in
-                                              fake.messages(dm) if m.id in fake.stored][:1]
-                                     == [reply], timeout=120, every=0.05)
+                    await eventually(lambda: shown(dm) == expected, timeout=120, every=0.05,
+                                     what=lambda: [len(t) for t in shown(dm)])
                     writes = fake.messages(dm)
                     return writes[0].at - pushed, writes[-1].at - pushed, len(writes)
                 return await asyncio.gather(*(one(n) for n in range(chats)))

@@ -152,13 +152,18 @@ class ChatWorker:
             return await self._not_answered(chat, records, "failed", live)
         self.metrics.turns.labels("failed" if prepared.failure else "answered").inc()
         self.metrics.turn_seconds.observe(time.monotonic() - started)
-        await self.outbound.send_all(chat, committed.before)
+        # A reply already on screen is finished before notices about the turn: they may
+        # not come between its parts (the console prints it as one run of text).
+        shown = live is not None and live.showing
+        if not shown:
+            await self.outbound.send_all(chat, committed.before)
         if committed.failure is not None:
             await self.outbound.replace(chat, previews, committed.failure.text,
                                         committed.failure.reply_to)
         if committed.reply:
             await self._deliver(chat, records, committed.reply, live)
-        await self.outbound.send_all(chat, committed.after)
+        await self.outbound.send_all(chat, (*(committed.before if shown else ()),
+                                            *committed.after))
         await self.outbound.delivered(chat, ids)
 
     async def _stopped_midway(self, chat: ChatRef, records: list[InboundRecord],
