@@ -146,3 +146,29 @@ async def test_the_console_prints_the_reply_as_it_comes_and_only_once(tmp_path, 
     assert REPLY.startswith(first.decode())
     assert finished_at - seen_at > 1.0  # the start was on screen long before the end
     assert (first + rest).decode() == REPLY + "\n"  # printed once, nothing repeated
+
+
+async def test_a_hygiene_notice_follows_a_streamed_reply_in_the_console(tmp_path, fake_openai):
+    from tests.harness.gateway import is_summary_request
+
+    # Summaries fail (an empty answer), so hygiene's compaction falls back with a notice.
+    fake_openai.responder = lambda body: ("" if is_summary_request(body) else "the answer")
+
+    async def chat(lines: str, window: int) -> list[str]:
+        config = write_config(tmp_path, model={"base_url": fake_openai.base_url,
+                                               "context_length": window,
+                                               "max_output_tokens": 256},
+                              compression={"protect_last_n": 4})
+        proc = await asyncio.create_subprocess_exec(
+            THREADLINE, "chat", "--config", str(config), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            cwd=str(tmp_path), env=cli_env(tmp_path))
+        out, _ = await asyncio.wait_for(proc.communicate(lines.encode()), 60)
+        return out.decode().splitlines()
+
+    filler = "words to fill the window of a model that is about to shrink " * 6
+    await chat("".join(f"line {i} {filler}\n" for i in range(30)), 32_000)
+    printed = await chat("continue please\n", 3000)  # now the session is past 85%
+    assert printed[0] == "the answer", printed  # once, whole, and first
+    assert printed.count("the answer") == 1
+    assert any("summary model is unavailable" in line for line in printed[1:]), printed
