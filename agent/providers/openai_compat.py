@@ -45,6 +45,11 @@ def _tool_calls(message: Any) -> list[dict[str, Any]]:
     return calls
 
 
+def _refuses_stream_options(err: ProviderError) -> bool:
+    # Servers that check request fields strictly name the one they do not know.
+    return isinstance(err, BadRequestError) and "stream_options" in str(err)
+
+
 def _wants_max_completion_tokens(err: ProviderError) -> bool:
     # Newer OpenAI models refuse `max_tokens` and name the replacement in the error.
     text = str(err)
@@ -114,6 +119,7 @@ class OpenAICompatProvider(Provider):
             max_retries=settings.max_retries,
         )
         self._token_param = "max_tokens"
+        self._stream_usage = True  # False once the server refused stream_options
 
     async def complete(
         self,
@@ -133,16 +139,25 @@ class OpenAICompatProvider(Provider):
         if temperature is not None:
             request["temperature"] = temperature
         if on_text is not None:  # usage comes in a last chunk of its own
-            request |= {"stream": True, "stream_options": {"include_usage": True}}
+            request["stream"] = True
+            if self._stream_usage:
+                request["stream_options"] = {"include_usage": True}
         limit = max_tokens if max_tokens is not None else self.settings.max_output_tokens
-        try:
-            return await self._call(request, limit, on_text)
-        except ProviderError as err:
-            if not _wants_max_completion_tokens(err) or self._token_param != "max_tokens":
-                raise
-            log.info("model %s wants max_completion_tokens; switching", self.model)
-            self._token_param = "max_completion_tokens"
-            return await self._call(request, limit, on_text)
+        for _ in range(3):  # each refusal below is learnt once, then the call is made again
+            try:
+                return await self._call(request, limit, on_text)
+            except ProviderError as err:
+                if _refuses_stream_options(err) and "stream_options" in request:
+                    log.info("%s refuses stream_options; streaming without usage chunks",
+                             self._client.base_url)
+                    self._stream_usage = False
+                    del request["stream_options"]
+                elif _wants_max_completion_tokens(err) and self._token_param == "max_tokens":
+                    log.info("model %s wants max_completion_tokens; switching", self.model)
+                    self._token_param = "max_completion_tokens"
+                else:
+                    raise
+        return await self._call(request, limit, on_text)
 
     async def _call(self, request: dict[str, Any], limit: int, on_text: TextSink | None
                     ) -> Completion:

@@ -433,3 +433,22 @@ async def test_real_smollm2_streams_the_same_answer_with_the_same_usage() -> Non
     assert (streamed.usage.input_tokens, streamed.usage.output_tokens) == \
         (plain.usage.input_tokens, plain.usage.output_tokens)
     assert plain.usage.input_tokens > 10 and 0 < plain.usage.output_tokens <= 24
+
+
+async def test_a_server_that_refuses_stream_options_still_streams_and_is_remembered() -> None:
+
+    async with FakeOpenAI() as fake:
+        fake.reject_stream_options = True
+        fake.responder = lambda body: "an answer in several small pieces of text"
+        fake.stream_chunk_chars = 6
+        provider = OpenAICompatProvider(fake.provider_settings())
+        try:
+            for _ in range(2):
+                pieces: list[str] = []
+                done = await provider.complete(QUESTION, on_text=pieces.append)
+                assert "".join(pieces) == done.text == "an answer in several small pieces of text"
+        finally:
+            await provider.aclose()
+        asked = [c.json for c in fake.calls_to("/chat/completions")]
+    # Refused once, then streamed without it, and the second turn never asks again.
+    assert ["stream_options" in body for body in asked] == [True, False, False]

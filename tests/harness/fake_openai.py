@@ -79,6 +79,9 @@ class FakeOpenAI(FakeServer, StreamingModel):
         self.max_output_tokens = max_output_tokens
         self.api_key = api_key
         self.models = models
+        # An older OpenAI-compatible server (some vLLM, LocalAI releases): unknown request
+        # fields are refused, `stream_options` among them.
+        self.reject_stream_options = False
         self._ids = itertools.count(1)
 
     @property
@@ -137,6 +140,9 @@ class FakeOpenAI(FakeServer, StreamingModel):
             return json_response(openai_error(
                 f"The model `{body['model']}` does not exist or you do not have access to it.",
                 code="model_not_found"), 404)
+        if self.reject_stream_options and "stream_options" in body:
+            return json_response(openai_error(
+                "Unrecognized request argument supplied: stream_options"), 400)
         return self._length_refusal(body)
 
     def _length_refusal(self, body: dict[str, Any]) -> web.Response | None:
