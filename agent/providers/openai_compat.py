@@ -119,7 +119,9 @@ class OpenAICompatProvider(Provider):
             max_retries=settings.max_retries,
         )
         self._token_param = "max_tokens"
-        self._stream_usage = True  # False once the server refused stream_options
+        # False once the server refused stream_options: without usage a stream would leave
+        # the turn's token counts unknown, which compaction relies on, so answers come whole.
+        self._stream_usage = True
 
     async def complete(
         self,
@@ -138,20 +140,20 @@ class OpenAICompatProvider(Provider):
             request["tools"] = tools
         if temperature is not None:
             request["temperature"] = temperature
+        if on_text is not None and not self._stream_usage:
+            on_text = None
         if on_text is not None:  # usage comes in a last chunk of its own
-            request["stream"] = True
-            if self._stream_usage:
-                request["stream_options"] = {"include_usage": True}
+            request |= {"stream": True, "stream_options": {"include_usage": True}}
         limit = max_tokens if max_tokens is not None else self.settings.max_output_tokens
         for _ in range(3):  # each refusal below is learnt once, then the call is made again
             try:
                 return await self._call(request, limit, on_text)
             except ProviderError as err:
                 if _refuses_stream_options(err) and "stream_options" in request:
-                    log.info("%s refuses stream_options; streaming without usage chunks",
-                             self._client.base_url)
-                    self._stream_usage = False
-                    del request["stream_options"]
+                    log.warning("%s refuses stream_options (usage in a stream); replies from "
+                                "it arrive whole", self._client.base_url)
+                    self._stream_usage, on_text = False, None
+                    del request["stream_options"], request["stream"]
                 elif _wants_max_completion_tokens(err) and self._token_param == "max_tokens":
                     log.info("model %s wants max_completion_tokens; switching", self.model)
                     self._token_param = "max_completion_tokens"

@@ -435,7 +435,7 @@ async def test_real_smollm2_streams_the_same_answer_with_the_same_usage() -> Non
     assert plain.usage.input_tokens > 10 and 0 < plain.usage.output_tokens <= 24
 
 
-async def test_a_server_that_refuses_stream_options_still_streams_and_is_remembered() -> None:
+async def test_a_server_that_refuses_stream_options_answers_whole_with_usage() -> None:
 
     async with FakeOpenAI() as fake:
         fake.reject_stream_options = True
@@ -446,9 +446,11 @@ async def test_a_server_that_refuses_stream_options_still_streams_and_is_remembe
             for _ in range(2):
                 pieces: list[str] = []
                 done = await provider.complete(QUESTION, on_text=pieces.append)
-                assert "".join(pieces) == done.text == "an answer in several small pieces of text"
+                assert done.text == "an answer in several small pieces of text"
+                assert pieces == [] and done.usage.output_tokens > 0  # usage is never lost
         finally:
             await provider.aclose()
         asked = [c.json for c in fake.calls_to("/chat/completions")]
-    # Refused once, then streamed without it, and the second turn never asks again.
-    assert ["stream_options" in body for body in asked] == [True, False, False]
+    # Refused once, then asked whole, and the second turn does not try again.
+    assert [("stream" in body, "stream_options" in body) for body in asked] == [
+        (True, True), (False, False), (False, False)]
