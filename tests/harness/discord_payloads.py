@@ -7,13 +7,19 @@ Ids are snowflake strings (time-based, increasing, 19 digits, so discord.py's
 
 from __future__ import annotations
 
+import base64
 import datetime as dtm
+import hashlib
 import json
 import math
+import mimetypes
 import re
+import struct
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -45,7 +51,71 @@ INTENT_MESSAGE_CONTENT = 1 << 15
 
 EPHEMERAL = 1 << 6
 LOADING = 1 << 7
-Files = list[tuple[str, int]]  # (file name, size) of multipart uploads
+IS_VOICE_MESSAGE = 1 << 13  # message flag of a voice message
+CDN_BASE = "https://cdn.discordapp.com"
+MEDIA_BASE = "https://media.discordapp.net"
+# Content types Discord reports, by extension (mimetypes varies between machines).
+_CONTENT_TYPES = {
+    "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif",
+    "webp": "image/webp", "ogg": "audio/ogg", "oga": "audio/ogg", "opus": "audio/ogg",
+    "mp3": "audio/mpeg", "m4a": "audio/mp4", "wav": "audio/x-wav", "mp4": "video/mp4",
+    "webm": "video/webm", "txt": "text/plain", "md": "text/markdown", "csv": "text/csv",
+    "json": "application/json", "pdf": "application/pdf", "zip": "application/zip"}
+
+
+@dataclass(frozen=True)
+class AttachmentFile:
+    """A file attached to a message: by a user (`user_message(attachments=...)`) or in a
+    bot's upload. `content_type` None: Discord's guess from the extension (text types get
+    "; charset=utf-8", as on Discord). `size` claims a size (default: len(data)); the CDN
+    still serves `data`. Images get width/height (given, read from a PNG/GIF header, or
+    512x512). `duration_secs` makes it a voice message (with a waveform)."""
+
+    filename: str
+    data: bytes
+    content_type: str | None = None
+    size: int | None = None
+    width: int | None = None
+    height: int | None = None
+    duration_secs: float | None = None
+    description: str | None = None
+
+    @classmethod
+    def of(cls, spec: AttachmentFile | tuple[Any, ...]) -> AttachmentFile:
+        """An AttachmentFile, or one from (filename, data[, content_type[, size]])."""
+        return spec if isinstance(spec, AttachmentFile) else cls(*spec)
+
+    @property
+    def claimed_size(self) -> int:
+        return len(self.data) if self.size is None else self.size
+
+    @property
+    def reported_type(self) -> str | None:
+        if self.content_type is not None:
+            return self.content_type
+        extension = self.filename.rsplit(".", 1)[-1].lower() if "." in self.filename else ""
+        guessed = _CONTENT_TYPES.get(extension) or mimetypes.guess_type(self.filename)[0]
+        if guessed and guessed.startswith("text/"):
+            return f"{guessed}; charset=utf-8"
+        return guessed
+
+    def dimensions(self) -> tuple[int, int] | None:
+        """(width, height) for an image: given, from the PNG/GIF header, else 512x512."""
+        if not (self.reported_type or "").startswith("image/"):
+            return None
+        if self.width is not None and self.height is not None:
+            return self.width, self.height
+        data = self.data
+        if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+            width, height = struct.unpack(">II", data[16:24])
+            return width, height
+        if data[:4] == b"GIF8" and len(data) >= 10:
+            width, height = struct.unpack("<HH", data[6:10])
+            return width, height
+        return 512, 512
+
+
+Files = list[AttachmentFile]  # the files of a multipart upload, as the fake read them
 
 
 class ApiError(Exception):
@@ -118,14 +188,18 @@ async def read_json(request: web.Request) -> Any:
 
 
 async def read_body(request: web.Request) -> tuple[dict[str, Any], Files]:
-    """A JSON body, or multipart's `payload_json` plus the uploaded files."""
+    """A JSON body, or multipart's `payload_json` plus the uploaded files (Discord detects
+    their content type itself: discord.py sends every file as application/octet-stream).
+    A file over ATTACHMENT_LIMIT is a 413, as on Discord without boosts."""
     if request.content_type == "multipart/form-data":
         form = await request.post()  # cached: the base middleware read it already
         files = []
         for value in form.values():
             if isinstance(value, web.FileField):
                 value.file.seek(0)
-                files.append((value.filename, len(value.file.read())))
+                files.append(AttachmentFile(value.filename, value.file.read()))
+        if any(f.claimed_size > ATTACHMENT_LIMIT for f in files):
+            raise ApiError(413, 40005, "Request entity too large")
         return json.loads(str(form.get("payload_json") or "{}")), files
     body = await read_json(request)
     return (body if isinstance(body, dict) else {}), []
@@ -248,10 +322,36 @@ def message(message_id: str, channel_id: str, author: dict[str, Any], content: s
     return data
 
 
-def attachment(attachment_id: str, channel_id: str, filename: str, size: int) -> dict[str, Any]:
-    url = f"https://cdn.discordapp.com/attachments/{channel_id}/{attachment_id}/{filename}"
-    return {"id": attachment_id, "filename": filename, "size": size, "url": url,
-            "proxy_url": url.replace("cdn.discordapp.com", "media.discordapp.net")}
+def attachment_path(channel_id: str, attachment_id: str, filename: str) -> str:
+    """The CDN path of an attachment (the file name percent-encoded)."""
+    return f"/attachments/{channel_id}/{attachment_id}/{quote(filename)}"
+
+
+def attachment(attachment_id: str, channel_id: str, filename: str, size: int, *,
+               base: str = CDN_BASE, content_type: str | None = None,
+               dimensions: tuple[int, int] | None = None,
+               duration_secs: float | None = None,
+               description: str | None = None) -> dict[str, Any]:
+    """An attachment object. Its URLs are signed like Discord's (`?ex=&is=&hm=&`, expiring
+    in a day) and point at `base`: the real CDN by default, the fake when it serves the
+    bytes; `proxy_url` is the media proxy (on the fake: the same server)."""
+    issued = int(time.time())
+    signature = hashlib.sha256(f"{attachment_id}/{filename}/{issued}".encode()).hexdigest()
+    query = f"?ex={issued + 86_400:x}&is={issued:x}&hm={signature}&"
+    path = attachment_path(channel_id, attachment_id, filename)
+    media = MEDIA_BASE if base == CDN_BASE else base
+    data: dict[str, Any] = {"id": attachment_id, "filename": filename, "size": size,
+                            "url": f"{base}{path}{query}", "proxy_url": f"{media}{path}{query}"}
+    if content_type is not None:
+        data["content_type"] = content_type
+    if dimensions is not None:
+        data["width"], data["height"] = dimensions
+    if description is not None:
+        data["description"] = description
+    if duration_secs is not None:  # a voice message's: the message has IS_VOICE_MESSAGE
+        data["duration_secs"] = duration_secs
+        data["waveform"] = base64.b64encode(bytes((i * 37) % 256 for i in range(64))).decode()
+    return data
 
 
 def application() -> dict[str, Any]:

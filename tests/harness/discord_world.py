@@ -1,7 +1,8 @@
 """The fake Discord's state: users, guilds, channels, messages, commands, interactions.
 
 `WorldMixin` builds the world (`add_guild`, `add_channel`, ...; ids are snowflake
-strings), pushes user events (`user_message`, `interaction`) and answers the gateway's
+strings), pushes user events (`user_message`, with attachments the fake's CDN serves;
+`interaction`) and answers the gateway's
 questions (READY, GUILD_CREATE, member chunks). Changes made after the client connected
 are announced (CHANNEL_CREATE, THREAD_CREATE, ...). `SentMessage` and `Callback` record
 what the bot did.
@@ -22,8 +23,10 @@ from tests.harness.discord_payloads import (
     DEFAULT_PERMISSIONS,
     DEFAULT_USER_ID,
     EPHEMERAL,
+    IS_VOICE_MESSAGE,
     LOADING,
     ApiError,
+    AttachmentFile,
     Files,
     unknown,
 )
@@ -89,6 +92,8 @@ class WorldMixin:
     if TYPE_CHECKING:
         @property
         def gateway_url(self) -> str: ...
+        @property
+        def cdn_base(self) -> str: ...
         def _announce(self, event: str, data: dict[str, Any]) -> None: ...
         async def dispatch(self, event: str, data: dict[str, Any]) -> int | None: ...
         async def _notify(self) -> None: ...
@@ -104,6 +109,8 @@ class WorldMixin:
         self.outbox: list[SentMessage] = []
         self.outbox_by_channel: dict[str, list[SentMessage]] = {}  # the same, indexed
         self.deleted: list[str] = []  # ids of deleted messages
+        # What the CDN serves: (channel id, attachment id, file name) -> the file.
+        self.cdn: dict[tuple[str, str, str], AttachmentFile] = {}
 
     # --- building ---------------------------------------------------------------------------
     def add_guild(self, name: str = "g", *, owner_id: str = p.OWNER_ID) -> str:
@@ -180,15 +187,24 @@ class WorldMixin:
                      if c["name"] == name), None)
 
     # --- user events in ---------------------------------------------------------------------
-    async def user_message(self, channel_id: str, content: str, *,
+    async def user_message(self, channel_id: str, content: str = "", *,
                            author_id: str = DEFAULT_USER_ID, mentions_bot: bool = False,
                            mention_ids: Iterable[str] = (), reply_to: str | None = None,
-                           author_is_bot: bool = False) -> str:
+                           author_is_bot: bool = False,
+                           attachments: Iterable[AttachmentFile | tuple[Any, ...]] = ()
+                           ) -> str:
         """Dispatch MESSAGE_CREATE from a user; returns its id. A reply pings (mentions)
-        the replied-to author, as Discord's default reply does."""
+        the replied-to author, as Discord's default reply does.
+
+        `attachments`: AttachmentFile objects or (filename, data[, content_type[, size]])
+        tuples; each gets a signed URL on the fake's CDN (`GET /attachments/...`), which
+        serves the bytes. A file with `duration_secs` makes this a voice message."""
+        files = [AttachmentFile.of(a) for a in attachments]
+        if not (content or files):
+            raise ValueError("a message needs content or attachments")
         channel = self._channel(channel_id)
         if mentions_bot and f"<@{BOT_ID}>" not in content and f"<@!{BOT_ID}>" not in content:
-            content = f"<@{BOT_ID}> {content}"
+            content = f"<@{BOT_ID}> {content}" if content else f"<@{BOT_ID}>"
         ids = ([BOT_ID] if mentions_bot else []) + list(mention_ids)
         reference, target = None, None
         if reply_to is not None:
@@ -200,9 +216,11 @@ class WorldMixin:
                 reference["guild_id"] = channel["guild_id"]
             ids.append(target["author"]["id"])
         author = self._user(author_id, bot=author_is_bot)
+        voice = any(f.duration_secs is not None for f in files)
         message = p.message(self.ids.next(), channel_id, author, content,
                             mentions=[self._user(i) for i in dict.fromkeys(ids)],
-                            reference=reference)
+                            reference=reference, flags=IS_VOICE_MESSAGE if voice else 0,
+                            attachments=[self._attachment(channel_id, f) for f in files])
         if target is not None:
             message["referenced_message"] = quoted(target)
         self.stored[message["id"]] = message
@@ -233,6 +251,15 @@ class WorldMixin:
             state.id, state.token, data, channel, user_data=self._user(user_id),
             member_data=member, app_permissions=p.BOT_PERMISSIONS))
         return state.id
+
+    def _attachment(self, channel_id: str, file: AttachmentFile) -> dict[str, Any]:
+        """The attachment object for a file, which the CDN now serves."""
+        attachment_id = self.ids.next()
+        self.cdn[(channel_id, attachment_id, file.filename)] = file
+        return p.attachment(attachment_id, channel_id, file.filename, file.claimed_size,
+                            base=self.cdn_base, content_type=file.reported_type,
+                            dimensions=file.dimensions(), duration_secs=file.duration_secs,
+                            description=file.description)
 
     # --- what the gateway sends -------------------------------------------------------------
     def _ready_data(self, session_id: str) -> dict[str, Any]:
@@ -282,8 +309,7 @@ class WorldMixin:
         message = p.message(self.ids.next(), channel_id, self.users[BOT_ID],
                             payload.get("content") or "", flags=int(payload.get("flags") or 0),
                             reference=reference, embeds=payload.get("embeds"),
-                            attachments=[p.attachment(self.ids.next(), channel_id, name, size)
-                                         for name, size in files])
+                            attachments=[self._attachment(channel_id, f) for f in files])
         if target is not None:
             message["referenced_message"] = quoted(target)
         if state is not None:
@@ -318,8 +344,7 @@ class WorldMixin:
         edited = {**message, **changes, "flags": message["flags"] & ~LOADING,
                   "edited_timestamp": p.now_iso()}
         if files:
-            edited["attachments"] = [p.attachment(self.ids.next(), message["channel_id"], n, s)
-                                     for n, s in files]
+            edited["attachments"] = [self._attachment(message["channel_id"], f) for f in files]
         p.check_message_body(edited, has_files=bool(files))
         self.stored[message["id"]] = edited
         await self._sent(edited, payload, via, state, event="MESSAGE_UPDATE")

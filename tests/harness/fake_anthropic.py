@@ -9,6 +9,16 @@ the prompt cache (`anthropic_cache`); output_tokens = ceil(reply chars / 4).
 cache counts, output_tokens 1), a ping, content_block_start / _delta / _stop per block
 (text_delta, or input_json_delta for tool_use), message_delta (stop reason, final
 output_tokens) and message_stop (see `streams`).
+
+Images: an `image` block's base64 source must name image/jpeg, image/png, image/gif or
+image/webp, carry valid base64 (at most 5 MB of it), and, when the bytes start like a known
+format, match its media_type; a url source needs an http(s) URL. Each image adds
+IMAGE_TOKENS (1,600) input tokens: the real count is about width × height / 750, which the
+fake cannot know without decoding the image; 1,600 is what a ~1.15-megapixel image (the
+size the API scales larger ones down to) costs. Image tokens are billed as plain
+`input_tokens`, outside the prompt cache's split. `images_seen` counts images in answered
+requests; `requests_with_images()` finds recorded requests that carried base64 image bytes.
+`document` blocks are checked too (base64 application/pdf, text/plain text, url).
 """
 
 from __future__ import annotations
@@ -35,9 +45,12 @@ from tests.harness.base import (
     json_response,
     run_cli,
 )
+from tests.harness.fake_openai import IMAGE_MEDIA_TYPES, decode_base64, sniff_image
 from tests.harness.streams import Answer, SSEWriter, StreamingModel, asks_to_stream, serve_stream
 
 MAX_CACHE_BLOCKS = 4
+IMAGE_TOKENS = 1_600  # input tokens per image (see the module docstring)
+MAX_IMAGE_BASE64 = 5 * 1024 * 1024  # the API refuses a larger base64 image
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
@@ -82,12 +95,9 @@ def _check_block(block: Any, where: str, allowed: frozenset[str]) -> int:
                                    and isinstance(block.get("input"), dict)):
         raise InvalidRequest(f"{where}: tool_use needs id, name and an object input")
     if kind == "image":
-        source = block.get("source") or {}
-        if source.get("type") == "base64" and not (source.get("media_type")
-                                                   and source.get("data")):
-            raise InvalidRequest(f"{where}.source: base64 images need media_type and data")
-        if source.get("type") not in ("base64", "url"):
-            raise InvalidRequest(f"{where}.source.type: expected base64 or url")
+        _check_image(block.get("source"), f"{where}.image.source")
+    if kind == "document":
+        _check_document(block.get("source"), f"{where}.document.source")
     count = _check_cache_control(block.get("cache_control"), where)
     if kind == "tool_result":
         inner = block.get("content")
@@ -95,6 +105,83 @@ def _check_block(block: Any, where: str, allowed: frozenset[str]) -> int:
             for i, sub in enumerate(inner):
                 count += _check_block(sub, f"{where}.content.{i}", frozenset({"text", "image"}))
     return count
+
+
+def _check_image(source: Any, where: str) -> None:
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind not in ("base64", "url", "file"):
+        raise InvalidRequest(f"{where}.type: Input should be 'base64', 'url' or 'file'")
+    if kind == "url":
+        if not str(source.get("url") or "").startswith(("http://", "https://")):
+            raise InvalidRequest(f"{where}.url.url: Input should be a valid URL")
+        return
+    if kind == "file":
+        if not source.get("file_id"):
+            raise InvalidRequest(f"{where}.file.file_id: Field required")
+        return
+    media_type, data = source.get("media_type"), source.get("data")
+    if media_type not in IMAGE_MEDIA_TYPES:
+        raise InvalidRequest(f"{where}.base64.media_type: Input should be 'image/jpeg', "
+                             f"'image/png', 'image/gif' or 'image/webp'")
+    if not isinstance(data, str) or not data:
+        raise InvalidRequest(f"{where}.base64.data: Field required")
+    if len(data) > MAX_IMAGE_BASE64:
+        raise InvalidRequest(f"{where}.base64: image exceeds 5 MB maximum: {len(data)} bytes > "
+                             f"{MAX_IMAGE_BASE64} bytes")
+    raw = decode_base64(data)
+    if not raw:
+        raise InvalidRequest(f"{where}.base64.data: invalid base64 data")
+    actual = sniff_image(raw)
+    if actual is not None and actual != media_type:
+        raise InvalidRequest(f"{where}.base64.data: The image was specified using the "
+                             f"{media_type} media type, but the image appears to be a "
+                             f"{actual} image")
+
+
+def _check_document(source: Any, where: str) -> None:
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        if source.get("media_type") != "application/pdf":
+            raise InvalidRequest(f"{where}.base64.media_type: Input should be "
+                                 f"'application/pdf'")
+        if not decode_base64(source.get("data")):
+            raise InvalidRequest(f"{where}.base64.data: invalid base64 data")
+    elif kind == "text":
+        if source.get("media_type") != "text/plain":
+            raise InvalidRequest(f"{where}.text.media_type: Input should be 'text/plain'")
+        if not isinstance(source.get("data"), str):
+            raise InvalidRequest(f"{where}.text.data: Field required")
+    elif kind == "url":
+        if not str(source.get("url") or "").startswith(("http://", "https://")):
+            raise InvalidRequest(f"{where}.url.url: Input should be a valid URL")
+    elif kind not in ("content", "file"):
+        raise InvalidRequest(f"{where}.type: Input should be 'base64', 'text', 'content', "
+                             f"'url' or 'file'")
+
+
+def image_blocks(body: Any) -> list[dict[str, Any]]:
+    """Every image block in the messages, tool results included, in order."""
+    found: list[dict[str, Any]] = []
+
+    def walk(blocks: Any) -> None:
+        for block in blocks if isinstance(blocks, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "image":
+                found.append(block)
+            elif block.get("type") == "tool_result":
+                walk(block.get("content"))
+
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for message in messages if isinstance(messages, list) else []:
+        walk(message.get("content") if isinstance(message, dict) else None)
+    return found
+
+
+def base64_images(body: Any) -> int:
+    """How many images in the request carry their bytes (base64 sources)."""
+    return sum(1 for b in image_blocks(body)
+               if isinstance(b.get("source"), dict) and b["source"].get("type") == "base64")
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -199,6 +286,8 @@ class FakeAnthropic(FakeServer, StreamingModel):
     cache when it starts, like any other, but its usage joins `usages` only once the stream
     got past its text: a broken stream's does not, so `usage_totals()` then falls short of
     cache_reads / cache_writes by what that request read and wrote.
+
+    images_seen: images in answered requests, cumulative (each costs IMAGE_TOKENS).
     """
 
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
@@ -220,6 +309,7 @@ class FakeAnthropic(FakeServer, StreamingModel):
         self.enforce_ttl_order = enforce_ttl_order
         self._cache = PromptCache()
         self._skew = 0.0
+        self.images_seen = 0
         self._ids = itertools.count(1)
 
     @property
@@ -237,6 +327,15 @@ class FakeAnthropic(FakeServer, StreamingModel):
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self._messages), web.get("/v1/models", self._models)]
+
+    def requests_with_images(self, *, urls: bool = False) -> list[int]:
+        """Indices into `calls` of Messages requests that carried base64 image bytes (with
+        `urls=True`: any image block), refused ones too."""
+        def carries(body: Any) -> bool:
+            return bool(len(image_blocks(body)) if urls else base64_images(body))
+
+        return [i for i, call in enumerate(self.calls)
+                if call.path == "/v1/messages" and carries(call.json)]
 
     # --- prompt cache -----------------------------------------------------------------------
     def now(self) -> float:
@@ -267,17 +366,19 @@ class FakeAnthropic(FakeServer, StreamingModel):
         self._cache.clear()
 
     def reset(self) -> None:
-        """Forget recorded calls, usages, pending injections and a pending stream break;
-        the cache stays warm."""
+        """Forget recorded calls, usages, images_seen, pending injections and a pending
+        stream break; the cache stays warm."""
         super().reset()
         self.usages.clear()
+        self.images_seen = 0
         self.take_stream_break()
 
     def error_body(self, status: int, message: str) -> Any:
         return anthropic_error(message, _ERROR_TYPES.get(status, "api_error"))
 
     def prompt_tokens(self, body: dict[str, Any]) -> int:
-        return self.count_tokens(request_chars(body))
+        """Text tokens (chars / 4 × token_ratio) plus IMAGE_TOKENS per image."""
+        return self.count_tokens(request_chars(body)) + IMAGE_TOKENS * len(image_blocks(body))
 
     def _auth_refusal(self, request: web.Request) -> web.Response | None:
         given = request.headers.get("x-api-key") or request.headers.get(
@@ -330,6 +431,7 @@ class FakeAnthropic(FakeServer, StreamingModel):
         too_long = self._length_refusal(body)
         if too_long is not None:
             return json_response(anthropic_error(too_long), 400)
+        self.images_seen += len(image_blocks(body))
         answer = await self._answer(body)
         if asks_to_stream(body):
             return await self._stream(request, body, answer)
@@ -346,6 +448,7 @@ class FakeAnthropic(FakeServer, StreamingModel):
         output = estimate_tokens(len(text) + sum(len(c["function"]["arguments"]) for c in calls))
         usage = self._cache.settle(prompt_blocks(body), self.count_tokens, now=self.now(),
                                    min_tokens=self.min_cacheable_tokens)
+        usage["input_tokens"] += IMAGE_TOKENS * len(image_blocks(body))
         usage["output_tokens"] = output
         return Answer(text, calls, stop, usage)
 

@@ -81,6 +81,7 @@ class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
         self.typing: dict[str, list[float]] = defaultdict(list)
         self.rate_limited: list[tuple[str, float]] = []  # (path, time.monotonic())
         self._rate_limits: list[_RateLimit] = []
+        self._cdn_failures: list[int] = []
         self._init_world()
         self._init_gateway()
 
@@ -92,15 +93,31 @@ class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
     def gateway_url(self) -> str:
         return f"ws://{self.host}:{self.port}/gateway"
 
+    @property
+    def cdn_base(self) -> str:
+        """Where attachment URLs point: the fake serves `/attachments/{channel}/{id}/{name}`
+        like cdn.discordapp.com (and media.discordapp.net), so `Attachment.read()` works."""
+        return self.url
+
     # --- knobs ----------------------------------------------------------------------------
     def rate_limit_next(self, path_substring: str, retry_after: float, *, times: int = 1,
                         is_global: bool = False) -> None:
         """A 429 for each of the next `times` requests whose path contains the substring."""
         self._rate_limits.append(_RateLimit(path_substring, retry_after, is_global, times))
 
+    def fail_attachment_next(self, status: int = 404, times: int = 1) -> None:
+        """The next `times` CDN downloads get `status` (404: the attachment is gone, 403:
+        the signed URL expired). The base `fail_next` leaves the CDN alone."""
+        self._cdn_failures.extend([status] * times)
+
+    def attachment_urls(self, message_id: str) -> list[str]:
+        """The CDN URLs of a stored message's attachments, in order."""
+        return [a["url"] for a in self.stored[message_id]["attachments"]]
+
     def reset(self) -> None:
         super().reset()
         self._rate_limits.clear()
+        self._cdn_failures.clear()
 
     # --- what the bot did -------------------------------------------------------------------
     def messages(self, channel_id: str | None = None) -> list[SentMessage]:
@@ -179,6 +196,7 @@ class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
             ("DELETE", "/webhooks/{app}/{token}/messages/{mid}", self._delete_hook_message,
              hook)]
         return [web.get("/gateway", self._gateway),
+                web.get("/attachments/{cid}/{aid}/{filename}", self._cdn_download),
                 *(web.route(method, "/api/v10" + path, self._guard(handler, auth))
                   for method, path, handler, auth in table),
                 web.route("*", "/api/v10/{tail:.*}", self._guard(self._not_found, False))]
@@ -187,7 +205,8 @@ class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
         return {"message": message, "code": 0}
 
     def injectable(self, request: web.Request) -> bool:
-        return request.path != "/gateway"  # base fail_next/delay_next: REST only
+        # base fail_next/delay_next: REST only (not the gateway, not the CDN)
+        return request.path != "/gateway" and not request.path.startswith("/attachments/")
 
     async def stop(self) -> None:
         await self._close_gateway()
@@ -223,6 +242,20 @@ class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
         route = resource.canonical if resource is not None else request.path
         bucket = hashlib.sha1(f"{request.method} {route}".encode()).hexdigest()[:32]
         return p.rate_limited(entry.retry_after, bucket, is_global=entry.is_global)
+
+    # --- CDN ----------------------------------------------------------------------------------
+    async def _cdn_download(self, request: web.Request) -> web.Response:
+        """An attachment's bytes, with its content type, as the CDN sends them. No auth: the
+        URL's signature is the key (the fake does not check it)."""
+        if self._cdn_failures:
+            status = self._cdn_failures.pop(0)
+            return web.Response(status=status, text="This content is no longer available.")
+        m = request.match_info
+        file = self.cdn.get((m["cid"], m["aid"], m["filename"]))
+        if file is None:
+            return web.Response(status=404, text="This content is no longer available.")
+        return web.Response(body=file.data, headers={
+            "Content-Type": file.reported_type or "application/octet-stream"})
 
     # --- REST: identity, channels, messages -------------------------------------------------
     async def _not_found(self, request: web.Request) -> Any:

@@ -6,15 +6,26 @@ completion_tokens = ceil(reply chars / 4), cached tokens 0.
 `stream: true` gets `chat.completion.chunk` events (`data: {json}`, then `data: [DONE]`):
 the role, text deltas, tool-call deltas, the finish reason, and with
 `stream_options.include_usage` a last chunk holding only the usage (see `streams`).
+
+Images: `image_url` content parts are validated like OpenAI does (user messages only; the
+url a `data:image/<png|jpeg|gif|webp>;base64,<valid base64>` URL or http(s), else 400
+invalid_request_error) and each counts IMAGE_TOKENS (85, OpenAI's low-detail figure)
+prompt tokens on top of the text. `images_seen` counts images in answered requests;
+`requests_with_images()` finds recorded requests that carried base64 image bytes.
+
+Transcription: POST /v1/audio/transcriptions (see `fake_transcribe`).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import itertools
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +38,7 @@ from tests.harness.base import (
     run_cli,
     text_of,
 )
+from tests.harness.fake_transcribe import TranscriptionMixin
 from tests.harness.streams import Answer, SSEWriter, StreamingModel, asks_to_stream, serve_stream
 
 _ERROR_TYPES = {400: ("invalid_request_error", None), 401: ("invalid_request_error",
@@ -36,6 +48,85 @@ _ERROR_TYPES = {400: ("invalid_request_error", None), 401: ("invalid_request_err
 # What OpenAI sends inside a stream that fails after it started (the SDK raises APIError).
 STREAM_ERROR = {"error": {"message": "The server had an error while processing your request.",
                           "type": "server_error", "code": None}}
+
+
+IMAGE_TOKENS = 85  # prompt tokens per image: OpenAI's figure for a low-detail image
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_DATA_URL = re.compile(r"data:([^;,]*);base64,(.*)", re.DOTALL)
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+          (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
+
+
+def decode_base64(data: Any) -> bytes | None:
+    """Strictly decoded base64 (no stray characters, right padding), or None."""
+    if not isinstance(data, str):
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def sniff_image(data: bytes) -> str | None:
+    """The image media type the bytes start like (PNG, JPEG, GIF, WebP), or None."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _MAGIC if data.startswith(magic)), None)
+
+
+def image_parts(body: Any) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """(where, role, part) for every image_url content part in the messages, `where` like
+    "messages[0].content[1]"."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            continue
+        for j, part in enumerate(message["content"]):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                yield f"messages[{i}].content[{j}]", message.get("role"), part
+
+
+def count_images(body: Any) -> int:
+    return sum(1 for _ in image_parts(body))
+
+
+def base64_images(body: Any) -> int:
+    """How many images in the request carry their bytes (data: URLs)."""
+    return sum(1 for _, _, part in image_parts(body)
+               if isinstance(part.get("image_url"), dict)
+               and str(part["image_url"].get("url", "")).startswith("data:"))
+
+
+def image_problem(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 body for the first bad image_url part, else None."""
+    for where, role, part in image_parts(body):
+        if role != "user":
+            return openai_error(f"Invalid '{where}': Image URLs are only allowed for messages "
+                                f"with role 'user', but this message with role '{role}' "
+                                f"contains an image URL.", param=f"{where}.image_url",
+                                code="invalid_value")
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else None
+        param = f"{where}.image_url.url"
+        if not isinstance(url, str) or not url:
+            return openai_error(f"Missing required parameter: '{param}'.", param=param,
+                                code="missing_required_parameter")
+        if url.startswith(("http://", "https://")):
+            continue
+        match = _DATA_URL.fullmatch(url)
+        if match is None:
+            return openai_error(f"Invalid '{param}'. Expected a valid URL, but got a value "
+                                f"with an invalid format.", param=param, code="invalid_value")
+        if match.group(1) not in IMAGE_MEDIA_TYPES:
+            return openai_error("You uploaded an unsupported image. Please make sure your "
+                                "image has of one the following formats: ['png', 'jpeg', "
+                                "'gif', 'webp'].", param=param, code="invalid_image_format")
+        if not decode_base64(match.group(2)):
+            return openai_error(f"Invalid '{param}'. Expected a base64-encoded data URL with an "
+                                f"image MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhl"
+                                f"cmU='), but got an invalid base64 encoding.", param=param,
+                                code="invalid_value")
+    return None
 
 
 def openai_error(message: str, *, type_: str = "invalid_request_error", code: str | None = None,
@@ -54,7 +145,7 @@ def request_chars(body: dict[str, Any]) -> int:
     return total
 
 
-class FakeOpenAI(FakeServer, StreamingModel):
+class FakeOpenAI(TranscriptionMixin, FakeServer, StreamingModel):
     """OpenAI-compatible chat server; `base_url` is what `AsyncOpenAI(base_url=...)` takes.
 
     responder: request json -> reply text, or an assistant message dict with tool_calls.
@@ -66,6 +157,9 @@ class FakeOpenAI(FakeServer, StreamingModel):
     Streaming knobs (stream_chunk_chars, stream_delay_s, break_stream_next,
     streamed_requests): see `tests.harness.streams`. `usages` holds each answered request's
     usage object, streamed or not; `usage_totals()` sums them.
+    images_seen: images in answered chat requests, cumulative (each costs IMAGE_TOKENS).
+    Transcription knobs (transcripts, transcriber, transcription_models, transcriptions):
+    see `tests.harness.fake_transcribe`.
     """
 
     def __init__(self, *, responder: Responder | None = None, context_limit: int | None = None,
@@ -82,7 +176,9 @@ class FakeOpenAI(FakeServer, StreamingModel):
         # An older OpenAI-compatible server (some vLLM, LocalAI releases): unknown request
         # fields are refused, `stream_options` among them.
         self.reject_stream_options = False
+        self.images_seen = 0
         self._ids = itertools.count(1)
+        self._init_transcription()
 
     @property
     def base_url(self) -> str:
@@ -98,12 +194,25 @@ class FakeOpenAI(FakeServer, StreamingModel):
         return ProviderSettings(**{**values, **overrides})
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/v1/chat/completions", self._chat), web.get("/v1/models", self._models)]
+        return [web.post("/v1/chat/completions", self._chat), web.get("/v1/models", self._models),
+                web.post("/v1/audio/transcriptions", self._transcription)]
+
+    def requests_with_images(self, *, urls: bool = False) -> list[int]:
+        """Indices into `calls` of chat requests that carried base64 image bytes (with
+        `urls=True`: any image part, http(s) URLs included), refused ones too."""
+        def carries(body: Any) -> bool:
+            return bool(count_images(body) if urls else base64_images(body))
+
+        return [i for i, call in enumerate(self.calls)
+                if call.path.endswith("/chat/completions") and carries(call.json)]
 
     def reset(self) -> None:
-        """Forget recorded calls, usages, pending injections and a pending stream break."""
+        """Forget recorded calls, usages, transcriptions, images_seen, pending injections
+        and a pending stream break."""
         super().reset()
         self.usages.clear()
+        self.transcriptions.clear()
+        self.images_seen = 0
         self.take_stream_break()
 
     def error_body(self, status: int, message: str) -> Any:
@@ -111,7 +220,8 @@ class FakeOpenAI(FakeServer, StreamingModel):
         return openai_error(message, type_=type_, code=code)
 
     def prompt_tokens(self, body: dict[str, Any]) -> int:
-        return self.count_tokens(request_chars(body))
+        """Text tokens (chars / 4 × token_ratio) plus IMAGE_TOKENS per image."""
+        return self.count_tokens(request_chars(body)) + IMAGE_TOKENS * count_images(body)
 
     async def _models(self, request: web.Request) -> web.Response:
         refusal = self._auth_refusal(request)
@@ -143,6 +253,9 @@ class FakeOpenAI(FakeServer, StreamingModel):
         if self.reject_stream_options and "stream_options" in body:
             return json_response(openai_error(
                 "Unrecognized request argument supplied: stream_options"), 400)
+        bad_image = image_problem(body)
+        if bad_image is not None:
+            return json_response(bad_image, 400)
         return self._length_refusal(body)
 
     def _length_refusal(self, body: dict[str, Any]) -> web.Response | None:
@@ -177,6 +290,7 @@ class FakeOpenAI(FakeServer, StreamingModel):
         refusal = self._refusal(request, body)
         if refusal is not None:
             return refusal
+        self.images_seen += count_images(body)
         answer = await self._answer(body)
         if asks_to_stream(body):
             return await self._stream(request, body, answer)
@@ -261,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
         return FakeOpenAI(host=args.host, port=args.port, context_limit=args.context_limit,
                           api_key=args.api_key)
 
-    run_cli(make, "Fake OpenAI Chat Completions server", argv)
+    run_cli(make, "Fake OpenAI Chat Completions (and transcription) server", argv)
 
 
 if __name__ == "__main__":

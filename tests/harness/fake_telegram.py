@@ -7,6 +7,13 @@ Text and entities are checked the way Telegram counts them (UTF-16 code units); 
 
 The base `fail_next`/`delay_next` skip getUpdates: a running poller would otherwise take
 them at random. Fail polling with `fail_method_next("getUpdates", 502)`.
+
+Files: `add_file(data, size=...)` registers a file and returns its file_id; the update
+builders carry it (`fake.updates.photo(file_id=...)`, `document`, `voice`, `audio`,
+`sticker`) or register generated files of their own. getFile answers {file_id,
+file_unique_id, file_size, file_path} like the Bot API, 400 "invalid file_id" for an
+unknown id and 400 "file is too big" above 20 MB (by the claimed size), and
+`GET /file/bot<token>/<file_path>` downloads the bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +39,13 @@ from tests.harness.telegram_checks import (
     rejected_entities,
 )
 from tests.harness.telegram_outbox import Call, ChatAction, ChatKey, Draft, Outbox, SentMessage
-from tests.harness.telegram_updates import DEFAULT_USER_ID, UpdateFactory, UpdateQueue
+from tests.harness.telegram_updates import (
+    DEFAULT_USER_ID,
+    MAX_DOWNLOAD_BYTES,
+    FileStore,
+    UpdateFactory,
+    UpdateQueue,
+)
 
 __all__ = ["DEFAULT_TOKEN", "Call", "ChatAction", "Draft", "FakeTelegram", "SentMessage",
            "Webhook"]
@@ -59,7 +72,7 @@ class Webhook:
 
 class FakeTelegram(FakeServer):
     """Bot API fake. `admins[chat_id]` holds administrator user ids, `owners[chat_id]` the
-    creator; `files[file_id]` the bytes a download returns."""
+    creator; `files[file_id]` the bytes a download returns (see `add_file`)."""
 
     def __init__(self, token: str = DEFAULT_TOKEN, bot_username: str = "threadline_bot",
                  bot_id: int | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -67,10 +80,11 @@ class FakeTelegram(FakeServer):
         self.token = token
         self.bot_id = bot_id if bot_id is not None else int(token.split(":")[0])
         self.bot_username = bot_username
-        self.updates = UpdateFactory(self.bot_id, bot_username)
+        self.file_store = FileStore()
+        self.updates = UpdateFactory(self.bot_id, bot_username, files=self.file_store)
         self.admins: dict[int, set[int]] = defaultdict(set)
         self.owners: dict[int, int] = {}
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytes] = self.file_store.data  # the same dict
         self.webhook = Webhook()
         self.command_sets: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.poll_conflicts = 0  # polls cut off by a second concurrent poller
@@ -92,6 +106,17 @@ class FakeTelegram(FakeServer):
     def commands(self) -> list[dict[str, Any]]:
         """The command menu last set for the default scope and language."""
         return self.command_sets.get(("default", ""), [])
+
+    # --- files ----------------------------------------------------------------------------
+    def add_file(self, data: bytes, *, size: int | None = None, kind: str = "document",
+                 suffix: str = "") -> str:
+        """Register a file a user sent; returns its file_id for the update builders.
+
+        `size` claims a size without holding the bytes (e.g. 30 MB, which getFile then
+        refuses as too big); downloads still return `data`. `kind` ("photo", "voice",
+        "audio", "sticker", "document") shapes the id and the path's folder, `suffix`
+        (".pdf") ends the path."""
+        return self.file_store.add(data, size=size, kind=kind, suffix=suffix)
 
     # --- knobs ----------------------------------------------------------------------------
     def fail_method_next(self, method: str, status: int, description: str | None = None, *,
@@ -425,16 +450,23 @@ class FakeTelegram(FakeServer):
                            "member", user)
 
     async def _get_file(self, p: Params) -> dict[str, Any]:
-        file_id = p.text("file_id") or ""
-        data = self.files.get(file_id, f"fake file {file_id}".encode())
-        return {"file_id": file_id, "file_unique_id": f"u-{file_id}", "file_size": len(data),
-                "file_path": f"files/{file_id}"}
+        file_id = p.text("file_id")
+        if not file_id:
+            raise ApiError(400, "Bad Request: file_id is empty")
+        stored = self.file_store.get(file_id)
+        if stored is None:
+            raise ApiError(400, "Bad Request: invalid file_id")
+        if stored.file_size > MAX_DOWNLOAD_BYTES:
+            raise ApiError(400, "Bad Request: file is too big")
+        return stored.as_result()
 
     async def _download(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:
             return ApiError(401).response()
-        file_id = request.match_info["path"].removeprefix("files/")
-        return web.Response(body=self.files.get(file_id, f"fake file {file_id}".encode()))
+        data = self.file_store.by_path(request.match_info["path"])
+        if data is None:
+            return ApiError(404).response()
+        return web.Response(body=data, content_type="application/octet-stream")
 
     # --- control routes for script mode -------------------------------------------------
     async def _control_push(self, request: web.Request) -> web.Response:
