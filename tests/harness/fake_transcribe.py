@@ -11,6 +11,9 @@ What the text is: `transcriber(data, filename)` when set (may be async), else
 `transcripts[sha256 hex of the bytes]`, else `transcripts[filename]`, else
 "transcribed: <filename> (<N> bytes)". Each request that reached the transcriber is kept in
 `transcriptions` (refused ones are not).
+
+`audio_extensions` is the list of file name extensions taken (OpenAI's by default); set it to
+play a compatible server with a shorter list, e.g. GROQ_AUDIO_EXTENSIONS (no "oga").
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from tests.harness.base import json_response
 
 # The extensions OpenAI names in its "Invalid file format" error.
 AUDIO_EXTENSIONS = ("flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm")
+# Groq's list (its 400 names it): Telegram's ".oga" voice notes are refused there.
+GROQ_AUDIO_EXTENSIONS = ("flac", "mp3", "mp4", "mpeg", "mpga", "m4a", "ogg", "opus", "wav",
+                         "webm")
 MAX_AUDIO_BYTES = 25 * 1024 * 1024
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 TEXT_ONLY_MODELS = ("gpt-4o-transcribe", "gpt-4o-mini-transcribe")  # json and text only
@@ -80,6 +86,7 @@ class TranscriptionMixin:
         self.transcriber: Transcriber | None = None
         self.transcription_models: list[str] | None = None  # None: any model name
         self.transcriptions: list[TranscriptionRequest] = []
+        self.audio_extensions: tuple[str, ...] = AUDIO_EXTENSIONS
 
     async def transcribe(self, data: bytes, filename: str) -> str:
         """The text the fake answers for this audio."""
@@ -108,8 +115,9 @@ class TranscriptionMixin:
         data = upload.file.read()
         filename = upload.filename or ""
         extension = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
-        if extension not in AUDIO_EXTENSIONS:
-            return _error(f"Invalid file format. Supported formats: {list(AUDIO_EXTENSIONS)}",
+        if extension not in self.audio_extensions:
+            return _error(f"Invalid file format. Supported formats: "
+                          f"{list(self.audio_extensions)}",
                           param="file", code="invalid_value")
         if len(data) > MAX_AUDIO_BYTES:
             return _error(f"Maximum content size limit ({MAX_AUDIO_BYTES}) exceeded "
