@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agent import caching
+from agent.attachments.files import AttachmentFiles
+from agent.attachments.present import for_model
 from agent.context_engine import (
     ContextEngine,
     EngineFactory,
@@ -16,7 +18,7 @@ from agent.context_engine import (
 )
 from agent.errors import AgentError, ContextOverflowError, OutputCapError
 from agent.providers.base import Completion, Provider
-from agent.tokens import Transcript
+from agent.tokens import Transcript, image_tokens
 from agent.tools.budget import OutputBudget
 from agent.tools.calls import run_calls
 from agent.tools.registry import ToolRegistry
@@ -53,9 +55,10 @@ class Agent:
     def __init__(self, provider: Provider, engine: ContextEngine, *,
                  ledger: UsageLedger | None = None, max_output_tokens: int = 1024,
                  limits: ModelLimits | None = None, compression_enabled: bool = True,
-                 tools: ToolRegistry | None = None, budget: OutputBudget | None = None
-                 ) -> None:
+                 tools: ToolRegistry | None = None, budget: OutputBudget | None = None,
+                 files: AttachmentFiles | None = None) -> None:
         self.provider = provider
+        self.files = files  # where pictures sent in this chat are kept
         self.engine = engine
         self.tools = tools if tools else None  # an empty registry offers nothing
         self.budget = budget
@@ -79,7 +82,8 @@ class Agent:
                settings: AgentSettings, *, summary_provider: Provider | None = None,
                limits: ModelLimits | None = None,
                tools: Callable[[ContextEngine], ToolRegistry | None] | None = None,
-               budget: OutputBudget | None = None) -> Agent:
+               budget: OutputBudget | None = None,
+               files: AttachmentFiles | None = None) -> Agent:
         """An agent with a fresh engine whose summarizer calls are booked on this agent."""
         ledger = UsageLedger()
         engine = engine_factory(EngineSettings(
@@ -87,10 +91,11 @@ class Agent:
             threshold=settings.threshold, target_ratio=settings.target_ratio,
             protect_last_n=settings.protect_last_n,
             summary_provider=summary_provider or provider, main_provider=provider,
-            summary_context_length=settings.summary_context_length, usage_sink=ledger.record))
+            summary_context_length=settings.summary_context_length, usage_sink=ledger.record,
+            image_cost=image_tokens(provider.kind, provider.vision)))
         return cls(provider, engine, ledger=ledger, max_output_tokens=settings.max_output_tokens,
                    limits=limits, compression_enabled=settings.compression_enabled,
-                   tools=tools(engine) if tools else None, budget=budget)
+                   tools=tools(engine) if tools else None, budget=budget, files=files)
 
     # --- what the host may read and tell ------------------------------------------------
     @property
@@ -282,8 +287,9 @@ class Agent:
         return completion
 
     def _request(self) -> list[dict[str, Any]]:
-        """The transcript as sent: with prompt-caching breakpoints where they apply."""
-        messages = self.messages.as_list()
+        """The transcript as sent: attachments as this model takes them, with
+        prompt-caching breakpoints where they apply."""
+        messages = for_model(self.messages.as_list(), self.files, vision=self.provider.vision)
         ttl = self.provider.settings.cache_ttl
         if not ttl:
             return messages

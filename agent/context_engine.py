@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent.tokens import TokenCache, Transcript, estimate_message, estimate_tools
+from agent.tokens import IMAGE_TOKENS, TokenCache, Transcript, estimate_message, estimate_tools
 from agent.usage import CanonicalUsage
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ class EngineSettings:
     summary_context_length: int | None = None  # None: the summary provider's own window
     usage_sink: UsageSink | None = None  # every summarizer call is reported here
     clock: Callable[[], float] | None = None  # time source for cooldowns (tests)
+    image_cost: int = IMAGE_TOKENS  # one picture's estimate with the main provider
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,7 +107,10 @@ class ContextEngine(ABC):
                        system_prompt: str | None = None,
                        tools: list[dict[str, Any]] | None = None) -> Transcript:
         """The live message list the host keeps, with running token totals."""
-        return Transcript(TokenCache(), messages, system_prompt=system_prompt, tools=tools)
+        settings = getattr(self, "settings", None)
+        cost = settings.image_cost if isinstance(settings, EngineSettings) else IMAGE_TOKENS
+        return Transcript(TokenCache(image_cost=cost), messages, system_prompt=system_prompt,
+                          tools=tools)
 
     def raw_request_estimate(self, messages: Sequence[dict[str, Any]],
                              tools: list[dict[str, Any]] | None = None) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.attachments.parts import is_attachment, placeholder
+
 Message = dict[str, Any]
 
 IMAGE_PLACEHOLDER = "[image]"
@@ -14,7 +16,8 @@ def content_text(content: Any) -> str:
     """The text of a content value of any shape; images become a short placeholder.
 
     A string is itself; a list of parts joins its text parts (and the content of nested
-    tool-result blocks) with newlines; anything else is its string form.
+    tool-result blocks) with newlines, an attachment standing as its placeholder
+    ("[image: caption]", "[file: name, N chars]"); anything else is its string form.
     """
     if content is None:
         return ""
@@ -26,7 +29,9 @@ def content_text(content: Any) -> str:
             if isinstance(part, str):
                 parts.append(part)
             elif isinstance(part, dict):
-                if part.get("type") in _IMAGE_TYPES:
+                if is_attachment(part):
+                    parts.append(placeholder(part))
+                elif part.get("type") in _IMAGE_TYPES:
                     parts.append(IMAGE_PLACEHOLDER)
                 elif isinstance(part.get("text"), str):
                     parts.append(part["text"])

@@ -13,13 +13,25 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
+from agent.attachments.parts import is_attachment, model_chars
 from agent.messages import Message
 from agent.redact import redact_message
 
+# What one picture costs, by provider (docs/architecture.md, "Token accounting"): Claude
+# reads a picture scaled to about 1.15 megapixels as up to ~1,600 tokens; OpenAI's
+# high-detail rate for a picture of up to 1,568 px is 765 (85 + 4 tiles of 170). A model
+# that cannot see pictures reads a one-line note instead.
 IMAGE_TOKENS = 1_600
+IMAGE_TOKENS_BY_PROVIDER = {"anthropic": 1_600, "openai": 765}
+IMAGE_NOTE_TOKENS = 20
 MESSAGE_OVERHEAD = 4  # role, separators and framing every chat format adds per message
 CHARS_PER_TOKEN = 4
 
+
+
+def image_tokens(provider: str, vision: bool) -> int:
+    """The estimate for one picture sent to this provider (a note when it cannot see)."""
+    return IMAGE_TOKENS_BY_PROVIDER.get(provider, IMAGE_TOKENS) if vision else IMAGE_NOTE_TOKENS
 
 
 def estimate_text(text: str | None) -> int:
@@ -48,6 +60,8 @@ def _part_chars(part: Any) -> tuple[int, int]:
         return len(part), 0
     if not isinstance(part, dict):
         return len(str(part)), 0
+    if is_attachment(part):
+        return model_chars(part)
     kind = part.get("type")
     if kind in ("image_url", "image", "input_image"):
         return 0, 1
@@ -61,8 +75,10 @@ def _part_chars(part: Any) -> tuple[int, int]:
     return 0, 0
 
 
-def estimate_message(msg: Message) -> int:
-    """Tokens the provider will read for one message: text, images, tool calls, results."""
+def estimate_message(msg: Message, image_cost: int = IMAGE_TOKENS) -> int:
+    """Tokens the provider will read for one message: text, images, tool calls, results.
+
+    `image_cost` is what one picture costs with the provider at hand (`image_tokens`)."""
     chars, images = _content_chars(msg.get("content"))
     for call in msg.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
@@ -70,7 +86,7 @@ def estimate_message(msg: Message) -> int:
             chars += len(fn.get("name") or "") + len(fn.get("arguments") or "")
     if msg.get("role") == "tool":
         chars += len(msg.get("tool_call_id") or "")
-    return -(-chars // CHARS_PER_TOKEN) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+    return -(-chars // CHARS_PER_TOKEN) + images * image_cost + MESSAGE_OVERHEAD
 
 
 def estimate_messages(msgs: Iterable[Message]) -> int:
@@ -113,7 +129,9 @@ class TokenCache:
     reference to the dict, so an id cannot be reused by another message while cached.
     """
 
-    def __init__(self, redactor: Callable[[Message], Message] = redact_message) -> None:
+    def __init__(self, redactor: Callable[[Message], Message] = redact_message, *,
+                 image_cost: int = IMAGE_TOKENS) -> None:
+        self.image_cost = image_cost  # one picture, for the provider at hand
         self._entries: dict[int, _Entry] = {}
         self._redactor = redactor
         self._tools: tuple[Any, int] | None = None  # (the tools list, its estimate)
@@ -127,7 +145,7 @@ class TokenCache:
     def _entry(self, msg: Message) -> _Entry:
         entry = self._entries.get(id(msg))
         if entry is None:
-            entry = self._entries[id(msg)] = _Entry(msg, estimate_message(msg))
+            entry = self._entries[id(msg)] = _Entry(msg, estimate_message(msg, self.image_cost))
         return entry
 
     def tokens(self, msg: Message) -> int:

@@ -112,6 +112,10 @@ class MeteredProvider(Provider):
     def context_length(self) -> int:
         return self.inner.context_length
 
+    @property
+    def vision(self) -> bool:
+        return self.inner.vision
+
     async def complete(self, messages: list[dict[str, Any]], **kw: Any) -> Completion:
         started = time.monotonic()
         try:

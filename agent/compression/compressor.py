@@ -70,7 +70,7 @@ class ContextCompressor(ContextEngine):
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
-        self.token_cache = TokenCache()
+        self.token_cache = TokenCache(image_cost=settings.image_cost)
         self.renderer = TurnRenderer(self.token_cache)
         self.token_cache.warmers.append(self.renderer.warm)
         self.calibration = Calibration()

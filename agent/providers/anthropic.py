@@ -8,6 +8,7 @@ from typing import Any
 
 import anthropic
 
+from agent.attachments.parts import is_attachment, placeholder
 from agent.errors import AuthError, EmptyReplyError, plain_error
 from agent.messages import public_keys
 from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
@@ -51,6 +52,8 @@ def _blocks(content: Any) -> list[Block]:
             part = {"type": "text", "text": part}
         if not isinstance(part, dict):
             continue
+        if is_attachment(part):  # never sent as stored (agent/attachments/present.py)
+            part = {"type": "text", "text": placeholder(part)}
         kind = part.get("type")
         if kind == "text":
             if not part.get("text"):

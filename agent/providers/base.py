@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.providers.windows import context_window_for
+from agent.providers.windows import context_window_for, sees_images
 from agent.usage import CanonicalUsage
 
 
@@ -25,6 +25,7 @@ class ProviderSettings:
     max_retries: int = 2
     model_path: str | None = None  # local provider: explicit GGUF path (tests, operators)
     cache_ttl: str | None = None  # prompt caching breakpoints on chat calls ("5m", "1h")
+    vision: bool | None = None  # takes pictures; None: known from the model name
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,15 @@ class Provider(ABC):
     def context_length(self) -> int:
         """The model's window: config override, else a known table, else a safe default."""
         return self.settings.context_length or context_window_for(self.kind, self.model)
+
+    @property
+    def vision(self) -> bool:
+        """Whether the model is sent pictures (else it reads a note that one was there)."""
+        if self.kind == "local":
+            return False
+        if self.settings.vision is not None:
+            return self.settings.vision
+        return sees_images(self.kind, self.model)
 
     @abstractmethod
     async def complete(

@@ -7,6 +7,7 @@ from typing import Any
 
 import openai
 
+from agent.attachments.parts import is_attachment, placeholder
 from agent.errors import (
     BadRequestError,
     EmptyReplyError,
@@ -27,8 +28,14 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
     """
     clean = public_keys(message)
     if isinstance(clean.get("content"), list):
-        clean["content"] = [public_keys(p) if isinstance(p, dict) else p for p in clean["content"]]
+        clean["content"] = [_wire_part(p) for p in clean["content"]]
     return clean
+
+
+def _wire_part(part: Any) -> Any:
+    if is_attachment(part):  # never sent as stored (agent/attachments/present.py)
+        return {"type": "text", "text": placeholder(part)}
+    return public_keys(part) if isinstance(part, dict) else part
 
 
 def _tool_calls(message: Any) -> list[dict[str, Any]]:

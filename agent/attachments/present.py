@@ -1,0 +1,77 @@
+"""Attachments as a model reads them, made for each request from the stored parts.
+
+A vision model gets each picture as image content (an OpenAI `image_url` data URL, which
+the Anthropic provider turns into a base64 image block) followed by its caption; at most
+MAX_IMAGES of the newest pictures go with one request. A model that cannot see pictures,
+a picture past that count, or one whose file is gone, gets a one-line note instead. A
+document becomes its text between a header and an end line; a voice note, its transcript.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.attachments.files import AttachmentFiles
+from agent.attachments.parts import attachments_in, is_attachment
+
+Message = dict[str, Any]
+
+MAX_IMAGES = 50  # pictures sent with one request, newest first (Anthropic takes 100)
+NOT_SEEN = "[a picture was attached here; this model cannot see pictures]"
+GONE = "[a picture was attached here; its file is no longer kept]"
+OLDER = "[an earlier picture, not sent again with this request]"
+
+
+class _Pictures:
+    """How many more pictures this request may carry (counted from the newest)."""
+
+    def __init__(self, files: AttachmentFiles | None, vision: bool, left: int) -> None:
+        self.files, self.vision, self.left = files, vision, left
+
+    def part(self, part: dict[str, Any]) -> dict[str, Any]:
+        if not self.vision or self.files is None:
+            return _text(NOT_SEEN)
+        if self.left <= 0:
+            return _text(OLDER)
+        url = self.files.data_url(str(part.get("file") or ""),
+                                  str(part.get("mime") or "image/jpeg"))
+        if url is None:
+            return _text(GONE)
+        self.left -= 1
+        return {"type": "image_url", "image_url": {"url": url}}
+
+
+def for_model(messages: list[Message], files: AttachmentFiles | None, *, vision: bool,
+              max_images: int = MAX_IMAGES) -> list[Message]:
+    """The messages with every attachment part made into parts a provider takes; the
+    same list when there are none."""
+    if not any(attachments_in(m.get("content")) for m in messages):
+        return messages
+    pictures = _Pictures(files, vision, max_images)
+    out: list[Message] = []
+    for message in reversed(messages):  # the newest pictures are the ones sent
+        content = message.get("content")
+        if attachments_in(content):
+            groups = [_part(p, pictures) if is_attachment(p) else [p]
+                      for p in reversed(content)]
+            message = {**message, "content": [p for g in reversed(groups) for p in g]}
+        out.append(message)
+    out.reverse()
+    return out
+
+
+def _part(part: dict[str, Any], pictures: _Pictures) -> list[dict[str, Any]]:
+    kind, text = part.get("kind"), str(part.get("text") or "")
+    if kind == "image":
+        return [pictures.part(part), *([_text(text)] if text else [])]
+    if kind == "file":
+        name = part.get("name") or "file"
+        clipped = ", clipped" if part.get("truncated") else ""
+        chars = int(part.get("chars") or len(text))
+        return [_text(f"[file: {name} ({part.get('mime') or 'text'}, {chars:,} characters"
+                      f"{clipped})]\n{text}\n[end of {name}]")]
+    return [_text(f"(voice message) {text}" if text else "(a voice message without words)")]
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
