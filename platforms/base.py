@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from platforms.text import markdown_balanced, split_message
@@ -26,6 +26,40 @@ class ChatRef:
         return f"{base}:{self.thread_id}" if self.thread_id else base
 
 
+# What the gateway can read; the other kinds (video, sticker, location...) it declines.
+READABLE_KINDS = ("image", "document", "voice", "audio")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file (or other non-text thing) a message carries, as the platform describes it.
+
+    Nothing is downloaded when a message arrives: the gateway fetches it with
+    `PlatformAdapter.download` in the chat's order, after gating (docs/architecture.md,
+    "Attachments"). It is stored with the inbound row, so a restart can fetch it again.
+    """
+
+    kind: str  # image | document | voice | audio | video | sticker | other
+    ref: str = ""  # what the adapter fetches it by (Telegram file id, Discord URL)
+    name: str | None = None  # file name, when the platform gives one
+    mime: str | None = None  # media type as the platform declares it (not trusted)
+    size: int | None = None  # bytes, as the platform declares it; None: unknown
+    caption: str | None = None  # this file's own description (Discord alt text)
+
+    @property
+    def readable(self) -> bool:
+        return self.kind in READABLE_KINDS and bool(self.ref)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attachment:
+        known = {k: data[k] for k in ("kind", "ref", "name", "mime", "size", "caption")
+                 if k in data}
+        return cls(**{"kind": "other", **known})
+
+
 @dataclass(frozen=True)
 class InboundMessage:
     """One message from a user, as every adapter reports it to the gateway."""
@@ -43,7 +77,7 @@ class InboundMessage:
     reply_to_bot: bool = False
     is_bot: bool = False
     is_edit: bool = False
-    attachments: tuple[str, ...] = ()  # kinds of attachment we could not read ("photo", ...)
+    attachments: tuple[Attachment, ...] = ()
 
     @property
     def chat(self) -> ChatRef:
@@ -97,6 +131,20 @@ class Undeliverable(SendError):
     """A permanent refusal (blocked by the user, chat gone, bad request): do not retry."""
 
 
+class DownloadError(Exception):
+    """An attachment could not be fetched; the message says why in a few plain words."""
+
+
+class FileTooLarge(DownloadError):
+    """An attachment is over the size we (or the platform) allow a bot to fetch."""
+
+    def __init__(self, limit: int, size: int | None = None) -> None:
+        super().__init__(f"file of {size if size is not None else 'unknown'} bytes is over "
+                         f"the {limit}-byte limit")
+        self.limit = limit
+        self.size = size
+
+
 Handler = Callable[[InboundMessage], Awaitable[None]]
 
 
@@ -111,6 +159,9 @@ class PlatformAdapter(ABC):
 
     name: str = "platform"
     max_message_length: int = 4096
+    # The most a bot may download from the platform (Telegram's Bot API: 20 MB); None: no
+    # limit of the platform's own, only the configured one.
+    max_download_bytes: int | None = None
     bot_username: str | None = None  # `/cmd@name` for another name is not for us
     limits: SendLimits = SendLimits()
 
@@ -136,6 +187,11 @@ class PlatformAdapter(ABC):
     @abstractmethod
     async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str | None:
         """Send one message; return its platform message id. Raises SendError kinds."""
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """An attachment's bytes. Raises FileTooLarge past `max_bytes` (or the platform's
+        own limit) and DownloadError when the file cannot be fetched."""
+        raise DownloadError(f"{self.name} cannot fetch files")
 
     async def typing(self, chat: ChatRef) -> None:  # noqa: B027 - optional
         """Show a typing indicator where the platform has one."""

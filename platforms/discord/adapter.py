@@ -24,6 +24,7 @@ import yarl
 from discord import app_commands
 
 from platforms.base import (
+    Attachment,
     ChatRef,
     Chunk,
     Handler,
@@ -33,7 +34,7 @@ from platforms.base import (
     SendLimits,
     Undeliverable,
 )
-from platforms.discord import slash
+from platforms.discord import files, slash
 from platforms.discord.inbound import from_interaction, from_message
 from platforms.text import split_message, utf16_len
 
@@ -253,6 +254,9 @@ class DiscordAdapter(PlatformAdapter):
     async def typing(self, chat: ChatRef) -> None:
         with _errors_as_kinds():
             await self._channel(chat).typing()
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        return await files.download(self.client, attachment, max_bytes)
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         for message_id in message_ids:

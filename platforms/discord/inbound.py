@@ -13,7 +13,7 @@ import re
 
 import discord
 
-from platforms.base import InboundMessage
+from platforms.base import Attachment, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +67,20 @@ def _manages_messages(message: discord.Message) -> bool:
     return False
 
 
-def attachment_kinds(message: discord.Message) -> tuple[str, ...]:
-    """What the message carries that we cannot read yet."""
-    kinds = []
-    for attachment in message.attachments:
-        kind = (attachment.content_type or "").split("/", 1)[0]
-        kinds.append({"image": "picture", "audio": "audio", "video": "video"}.get(kind, "file"))
-    if message.stickers:
-        kinds.append("sticker")
-    return tuple(kinds)
+def _kind(attachment: discord.Attachment) -> str:
+    family = (attachment.content_type or "").split("/", 1)[0]
+    if family == "audio":
+        return "voice" if attachment.is_voice_message() else "audio"
+    return {"image": "image", "video": "video"}.get(family, "document")
+
+
+def attachments_of(message: discord.Message) -> tuple[Attachment, ...]:
+    """What the message carries, described for the gateway (fetched later from the CDN
+    URL; the gateway reads the bytes to tell what a "document" really is)."""
+    found = [Attachment(_kind(a), a.url, a.filename, a.content_type, a.size, a.description)
+             for a in message.attachments]
+    found.extend(Attachment("sticker", name=sticker.name) for sticker in message.stickers)
+    return tuple(found)
 
 
 def from_message(message: discord.Message, bot_id: int, *, require_mention: bool,
@@ -92,7 +97,7 @@ def from_message(message: discord.Message, bot_id: int, *, require_mention: bool
         user_name=message.author.display_name, is_group=guild, addressed_to_bot=to_us,
         is_admin_hint=admin_hint, reply_to_bot=reply_to_bot,
         is_bot=message.author.bot or message.author.id == bot_id, is_edit=edited,
-        attachments=attachment_kinds(message))
+        attachments=attachments_of(message))
 
 
 def from_interaction(interaction: discord.Interaction, text: str) -> InboundMessage:

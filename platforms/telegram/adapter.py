@@ -21,6 +21,7 @@ from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, Tele
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
 
 from platforms.base import (
+    Attachment,
     ChatRef,
     Chunk,
     Handler,
@@ -30,6 +31,7 @@ from platforms.base import (
     SendLimits,
     Undeliverable,
 )
+from platforms.telegram import files
 from platforms.telegram import format as fmt
 from platforms.telegram.inbound import AdminCache, to_inbound
 from platforms.text import markdown_balanced, split_message, utf16_len
@@ -63,6 +65,7 @@ class TelegramAdapter(PlatformAdapter):
     name = "telegram"
     max_message_length = fmt.TELEGRAM_LIMIT
     limits = TELEGRAM_LIMITS
+    max_download_bytes = files.BOT_API_DOWNLOAD_LIMIT
 
     def __init__(self, handler: Handler, settings: TelegramSettings) -> None:
         super().__init__(handler)
@@ -224,6 +227,9 @@ class TelegramAdapter(PlatformAdapter):
         with _errors_as_kinds(bad_request=True):
             await self.app.bot.delete_message(chat_id=int(chat.chat_id),
                                               message_id=int(message_id))
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        return await files.download(self.app.bot, attachment, max_bytes)
 
     async def typing(self, chat: ChatRef) -> None:
         with _errors_as_kinds():

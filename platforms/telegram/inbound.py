@@ -9,15 +9,14 @@ from collections.abc import Awaitable, Callable
 from telegram import Message, MessageEntity, User
 from telegram.constants import ChatMemberStatus, ChatType
 
-from platforms.base import InboundMessage
+from platforms.base import Attachment, InboundMessage
 
 log = logging.getLogger(__name__)
 
 ADMIN_TTL_S = 300.0  # a group administrator stays one (or not) in our eyes for 5 minutes
 GROUP_TYPES = (ChatType.GROUP, ChatType.SUPERGROUP)
-# What a message may carry that we cannot read yet, by the attribute PTB gives it.
-UNREADABLE = ("sticker", "voice", "video_note", "audio", "video", "animation", "document",
-              "photo", "location", "contact", "poll", "dice")
+# What a message may carry besides files, by the attribute PTB gives it: declined.
+OTHER = ("location", "venue", "contact", "poll", "dice", "game")
 _ADMIN_STATUSES = (ChatMemberStatus.ADMINISTRATOR, ChatMemberStatus.OWNER)
 
 
@@ -86,12 +85,39 @@ def addressed(message: Message, bot: User, *, require_mention: bool) -> tuple[bo
     return False, reply_to_bot
 
 
-def unreadable_kinds(message: Message) -> tuple[str, ...]:
-    """Attachments we cannot read yet; a photo with a caption is read as its caption."""
-    kinds = [kind for kind in UNREADABLE if getattr(message, kind, None)]
-    if message.caption and kinds == ["photo"]:
-        return ()
-    return tuple(kinds)
+def attachments_of(message: Message) -> tuple[Attachment, ...]:
+    """What the message carries, described for the gateway (nothing is downloaded here).
+
+    A photo is its largest size; a document stays a document whatever it holds (the
+    gateway reads its bytes to tell a picture from a text); voice notes and music are
+    "voice" and "audio"; videos, video notes and animations are "video".
+    """
+    mid = message.message_id
+    found: list[Attachment] = []
+    if message.photo:
+        largest = max(message.photo, key=lambda p: (p.file_size or 0, p.width * p.height))
+        found.append(Attachment("image", largest.file_id, f"photo_{mid}.jpg", "image/jpeg",
+                                largest.file_size))
+    if message.document and not message.animation:  # an animation comes as both
+        doc = message.document
+        found.append(Attachment("document", doc.file_id, doc.file_name, doc.mime_type,
+                                doc.file_size))
+    if message.voice:
+        voice = message.voice
+        found.append(Attachment("voice", voice.file_id, f"voice_{mid}.ogg",
+                                voice.mime_type or "audio/ogg", voice.file_size))
+    if message.audio:
+        audio = message.audio
+        found.append(Attachment("audio", audio.file_id, audio.file_name or f"audio_{mid}",
+                                audio.mime_type, audio.file_size))
+    for video in (message.video, message.video_note, message.animation):
+        if video:
+            found.append(Attachment("video", video.file_id, None, None, video.file_size))
+            break
+    if message.sticker:
+        found.append(Attachment("sticker", message.sticker.file_id, "sticker"))
+    found.extend(Attachment("other", name=kind) for kind in OTHER if getattr(message, kind, None))
+    return tuple(found)
 
 
 async def to_inbound(message: Message, bot: User, *, edited: bool, require_mention: bool,
@@ -113,4 +139,4 @@ async def to_inbound(message: Message, bot: User, *, edited: bool, require_menti
         message_id=str(message.message_id), text=text, thread_id=thread_of(message),
         user_name=user.full_name, is_group=group, addressed_to_bot=to_us,
         is_admin_hint=admin_hint, reply_to_bot=reply_to_bot, is_bot=user.is_bot,
-        is_edit=edited, attachments=unreadable_kinds(message))
+        is_edit=edited, attachments=attachments_of(message))

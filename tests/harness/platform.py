@@ -11,7 +11,17 @@ import asyncio
 import itertools
 from dataclasses import dataclass
 
-from platforms.base import ChatRef, Chunk, Handler, InboundMessage, PlatformAdapter, PlatformDown
+from platforms.base import (
+    Attachment,
+    ChatRef,
+    Chunk,
+    DownloadError,
+    FileTooLarge,
+    Handler,
+    InboundMessage,
+    PlatformAdapter,
+    PlatformDown,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,15 @@ class _RecordingAdapter(PlatformAdapter):
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         await self.recorder.record_delivered(message_ids)
 
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        self.recorder.downloads.append(attachment.ref)
+        data = self.recorder.files.get(attachment.ref)
+        if data is None:
+            raise DownloadError("no such file")
+        if len(data) > max_bytes:
+            raise FileTooLarge(max_bytes, len(data))
+        return data
+
     async def register_commands(self, commands: list[tuple[str, str]],
                                 registered: str | None = None) -> str | None:
         self.recorder.menu = list(commands)
@@ -60,6 +79,8 @@ class RecordingPlatform:
         self.sent: list[Sent] = []
         self.delivered_ids: list[str] = []
         self.menu: list[tuple[str, str]] = []  # what register_commands announced
+        self.files: dict[str, bytes] = {}  # what attachments download, by ref
+        self.downloads: list[str] = []  # refs the gateway fetched, in order
         self.adapter: _RecordingAdapter | None = None
         self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
@@ -84,6 +105,14 @@ class RecordingPlatform:
             self.sent.append(Sent(chat.key, text, reply_to))
             self._changed.notify_all()
         return f"out-{len(self.sent)}"
+
+    def attach(self, kind: str, data: bytes, name: str, mime: str | None = None
+               ) -> Attachment:
+        """An attachment a message can carry (`say(..., attachments=(...,))`), its bytes
+        served by this platform's download."""
+        ref = f"file-{len(self.files) + 1}"
+        self.files[ref] = data
+        return Attachment(kind, ref, name, mime, len(data))
 
     async def record_delivered(self, message_ids: tuple[str, ...]) -> None:
         async with self._changed:
