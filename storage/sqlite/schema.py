@@ -18,13 +18,9 @@ _TEXT_OF = """CASE {r}.content_format WHEN 1 THEN
      FROM json_each({r}.content) AS b WHERE json_extract(b.value, '$.type') = 'text')
     ELSE {r}.content END"""
 
-_FTS_DELETE_OLD = (
-    "INSERT INTO messages_fts(messages_fts, rowid, body) "
-    f"VALUES ('delete', old.id, {_TEXT_OF.format(r='old')});"
-)
-_FTS_INSERT_NEW = (
-    f"INSERT INTO messages_fts(rowid, body) VALUES (new.id, {_TEXT_OF.format(r='new')});"
-)
+# From schema 7 on, attachment parts count too: their `text` is a picture's caption, a
+# document's text or a voice message's transcript (agent/attachments/parts.py).
+_TEXT_OF_V7 = _TEXT_OF.replace("= 'text'", "IN ('text', 'attachment')")
 
 _V1_CORE = (
     """CREATE TABLE sessions (
@@ -105,17 +101,31 @@ _V1_CORE = (
     )""",
 )
 
+def _fts_triggers(text_of: str) -> tuple[str, ...]:
+    """The view FTS reads through and the triggers that keep its index in step. The
+    'delete' command must repeat, for the old row, exactly the text indexed for it."""
+    delete_old = ("INSERT INTO messages_fts(messages_fts, rowid, body) "
+                  f"VALUES ('delete', old.id, {text_of.format(r='old')});")
+    insert_new = f"INSERT INTO messages_fts(rowid, body) VALUES (new.id, {text_of.format(r='new')});"
+    return (
+        f"CREATE VIEW message_text(id, body) AS SELECT m.id, {text_of.format(r='m')} "
+        "FROM messages AS m",
+        f"CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN {insert_new} END",
+        f"""CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, content_format
+            ON messages WHEN old.content IS NOT new.content
+                OR old.content_format IS NOT new.content_format
+            BEGIN {delete_old} {insert_new} END""",
+        f"CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN {delete_old} END",
+    )
+
+
+_SEARCH_VIEW, *_SEARCH_TRIGGERS = _fts_triggers(_TEXT_OF)
 _V2_SEARCH = (
-    f"""CREATE VIEW message_text(id, body) AS
-        SELECT m.id, {_TEXT_OF.format(r='m')} FROM messages AS m""",
+    _SEARCH_VIEW,
     """CREATE VIRTUAL TABLE messages_fts USING fts5(
         body, content='message_text', content_rowid='id',
         tokenize='unicode61 remove_diacritics 2')""",
-    f"CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN {_FTS_INSERT_NEW} END",
-    f"""CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, content_format ON messages
-        WHEN old.content IS NOT new.content OR old.content_format IS NOT new.content_format
-        BEGIN {_FTS_DELETE_OLD} {_FTS_INSERT_NEW} END""",
-    f"CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN {_FTS_DELETE_OLD} END",
+    *_SEARCH_TRIGGERS,
     # Index what an older database already holds (FTS5 'rebuild' cannot read this view).
     "INSERT INTO messages_fts(rowid, body) SELECT id, body FROM message_text",
 )
@@ -173,8 +183,20 @@ _V5_SETTINGS = (
 # A chat's last message, for session resets after a quiet spell.
 _V6_ACTIVITY = ("CREATE INDEX inbound_by_chat ON inbound(chat_key, received_at)",)
 
+
+# Attachments' text is searchable. No row held an attachment part before this version, so
+# what is indexed for every older row stays exactly what the new triggers would index.
+_V7_ATTACHMENT_SEARCH = (
+    "DROP TRIGGER messages_fts_insert",
+    "DROP TRIGGER messages_fts_update",
+    "DROP TRIGGER messages_fts_delete",
+    "DROP VIEW message_text",
+    *_fts_triggers(_TEXT_OF_V7),
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
-                                           _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY)
+                                           _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY,
+                                           _V7_ATTACHMENT_SEARCH)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
