@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agent.errors import plain_error
+from gateway.attachments import AttachmentReader, ReaderSettings
 from gateway.auth import Authorizer
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.conversations import Conversations
@@ -20,6 +22,9 @@ from gateway.worker import GENERIC_FAILURE, ChatWorker
 from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
 from storage.base import SessionStore
 from storage.models import InboundRecord
+
+if TYPE_CHECKING:
+    from agent.providers.transcribe import Transcriber
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +46,9 @@ class Gateway:
                  commands: CommandTable | None = None, coalesce_ms: int = 1500,
                  resets: ResetPolicy | None = None, clock: Clock = utc_now,
                  metrics: Metrics | None = None, metrics_at: tuple[str, int] | None = None,
-                 streaming: StreamSettings | None = None) -> None:
+                 streaming: StreamSettings | None = None,
+                 attachments: ReaderSettings | None = None,
+                 transcriber: Transcriber | None = None) -> None:
         self.store = store
         self.conversations = conversations
         self.auth = auth
@@ -57,8 +64,12 @@ class Gateway:
                              busy=lambda key: self.router.running(key) is not None)
         live = Streaming(streaming or StreamSettings(enabled=False), self.adapters,
                          self.outbound.budgets, self.metrics)
+        self.reader = AttachmentReader(
+            self.adapters, conversations.files, store, settings=attachments,
+            transcriber=transcriber, vision=conversations.provider.vision,
+            text_room=conversations.message_room, metrics=self.metrics)
         self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth,
-                                 self.resets, self.metrics, live)
+                                 self.resets, self.metrics, live, self.reader)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
         self.metrics.watch_router(self.router.activity)
         self._state = "new"  # new | initialized | running | stopped | closed
@@ -176,6 +187,8 @@ class Gateway:
                 log.exception("recording a clean stop failed")
         await self.store.shutdown()
         await self.conversations.aclose()
+        if self.reader.transcriber is not None:
+            await self.reader.transcriber.aclose()
 
     async def wait_closed(self) -> None:
         """Return when every adapter has ended by itself (the console at end of input)."""
@@ -210,9 +223,7 @@ class Gateway:
         record = await self.store.ingest(
             platform=msg.platform, chat_id=msg.chat_id, message_id=msg.message_id,
             chat_key=msg.chat_key, text=msg.text, sender_id=msg.user_id,
-            sender_name=msg.user_name,
-            extra={"thread_id": msg.thread_id, "is_group": msg.is_group,
-                   "admin_hint": msg.is_admin_hint})
+            sender_name=msg.user_name, extra=_extra(msg))
         if record is None:
             log.info("ignoring redelivered message %s in %s", msg.message_id, msg.chat_key)
             return await self.outbound.delivered(msg.chat, (msg.message_id,))
@@ -244,10 +255,10 @@ class Gateway:
         self.router.submit(msg.chat_key, MessageJob(msg.chat, record))
 
     def _unreadable(self, msg: InboundMessage) -> str | None:
-        if not msg.text.strip():
-            if msg.attachments:
-                kinds = ", ".join(sorted(set(msg.attachments)))
-                return f"I can only read text for now, so I could not open that ({kinds})."
+        refusal = self.reader.refusal(msg)  # attachments all declined, by what they are
+        if refusal:
+            return refusal
+        if not msg.text.strip() and not msg.attachments:
             return "That message was empty."
         return self.conversations.too_long(msg.text)
 
@@ -296,3 +307,12 @@ class Gateway:
                 await self._route(msg, record, parse_command(record.text))
             else:
                 self.router.submit(chat_key, job)
+
+
+def _extra(msg: InboundMessage) -> dict[str, object]:
+    """What the inbound row keeps beside the text, so a restart can route it again."""
+    extra: dict[str, object] = {"thread_id": msg.thread_id, "is_group": msg.is_group,
+                                "admin_hint": msg.is_admin_hint}
+    if msg.attachments:
+        extra["attachments"] = [a.as_dict() for a in msg.attachments]
+    return extra

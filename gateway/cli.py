@@ -117,9 +117,11 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
     store = build_store(config)
     await store.initialize()
     try:
+        from agent.attachments.files import AttachmentFiles
         from gateway import sessions_cli
 
-        return await sessions_cli.run(store, args)
+        files = AttachmentFiles(config.db_path.parent / "attachments")
+        return await sessions_cli.run(store, args, files)
     finally:
         await store.shutdown()
 

@@ -7,11 +7,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from agent.agent import Agent
+from agent.attachments.files import AttachmentFiles
+from agent.attachments.parts import build_content
 from agent.context_engine import ContextEngine, EngineFactory
 from agent.providers.base import Provider
-from agent.tokens import estimate_text, over_share
+from agent.tokens import CHARS_PER_TOKEN, estimate_text, over_share
 from agent.tools.budget import OutputBudget, chat_directory
 from agent.tools.builtin import Found, history_search
 from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
@@ -60,8 +63,9 @@ class Conversations:
                  summary_provider: Provider | None, engine_factory: EngineFactory,
                  system_prompt: str, settings: AgentSettings, max_agents: int = 256,
                  prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None,
-                 tool_dir: Path | None = None) -> None:
+                 tool_dir: Path | None = None, files: AttachmentFiles | None = None) -> None:
         self.store = store
+        self.files = files  # attachments, a directory per chat
         self.plugin_tools = plugin_tools()  # loaded once; each chat's registry holds them
         self.tool_dir = tool_dir  # saved tool outputs, a directory per chat
         self.metrics = metrics or Metrics()
@@ -114,16 +118,20 @@ class Conversations:
         if self.summary_provider is not self.provider:
             await self.summary_provider.aclose()
 
+    def _window(self) -> int:
+        return min(self.provider.context_length,
+                   self.limits.windows.get(self.provider.model, self.provider.context_length))
+
+    def message_room(self) -> int:
+        """About how many characters one message (a document included) may fill."""
+        return int(self._window() * MAX_MESSAGE_SHARE * CHARS_PER_TOKEN)
+
     def too_long(self, text: str) -> str | None:
         """Why a new message cannot be answered for its size, or None when it fits."""
-        model = self.provider.model
-        window = min(self.provider.context_length,
-                     self.limits.windows.get(model, self.provider.context_length))
-        if not over_share(estimate_text(text), window, MAX_MESSAGE_SHARE):
+        if not over_share(estimate_text(text), self._window(), MAX_MESSAGE_SHARE):
             return None
         return (f"That message is too long for this model ({len(text):,} characters; "
-                f"about {int(window * MAX_MESSAGE_SHARE * 4):,} fit). "
-                "Please send it in smaller parts.")
+                f"about {self.message_room():,} fit). Please send it in smaller parts.")
 
     # --- sessions and agents ------------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord:
@@ -142,7 +150,7 @@ class Conversations:
         agent = Agent.create(self.provider, self.engine_factory, self.settings,
                              summary_provider=self.summary_provider, limits=self.limits,
                              tools=lambda engine: self._tools(session.chat_key, engine, budget),
-                             budget=budget)
+                             budget=budget, files=self.files)
         history = await self.store.load_history(session.id)
         agent.load([m.message for m in history], session.engine_state)
         return agent
@@ -180,14 +188,16 @@ class Conversations:
 
     # --- a turn: prepare (the model's part, stoppable), then commit ------------------------
     async def prepare(self, chat: ChatRef, records: list[InboundRecord],
-                      stream: ReplyStream | None = None) -> Prepared:
-        """Store the inbound messages, run hygiene and the model turn (its answer shown on
-        `stream` while written); write no reply yet.
+                      stream: ReplyStream | None = None,
+                      parts: Mapping[int, list[dict[str, Any]]] | None = None) -> Prepared:
+        """Store the inbound messages (with the attachment `parts` read for them, by
+        inbound id), run hygiene and the model turn (its answer shown on `stream` while
+        written); write no reply yet.
 
         Cancelling this (a /stop) leaves the store consistent: what it wrote is complete,
         and the caller forgets the agent so the next turn rebuilds it from the store.
         """
-        session, agent = await self._take(chat.key, records)
+        session, agent = await self._take(chat.key, records, parts or {})
         ids = tuple(r.id for r in records)
         reply_to = records[-1].message_id
         session, notices = await self._hygiene(chat, session, agent)
@@ -237,13 +247,15 @@ class Conversations:
         if failed:
             await self.store.finish_inbound([r.id for r in records], "failed")
 
-    async def _take(self, chat_key: str, records: list[InboundRecord]
-                    ) -> tuple[SessionRecord, Agent]:
+    async def _take(self, chat_key: str, records: list[InboundRecord],
+                    parts: Mapping[int, list[dict[str, Any]]]) -> tuple[SessionRecord, Agent]:
         """Move pending inbound messages into the live session (and the agent's transcript)."""
         if any(r.status == "pending" for r in records):
             records = await self.store.inbound([r.id for r in records])  # edits applied
         pending = [r for r in records if r.status == "pending"]
-        messages = [new_message({"role": "user", "content": r.text}, answered=False,
+        messages = [new_message({"role": "user",
+                                 "content": build_content(r.text, parts.get(r.id, ()))},
+                                answered=False,
                                 platform_message_id=r.message_id, sender_id=r.sender_id,
                                 sender_name=r.sender_name) for r in pending]
         session, agent = await self.agent_for(chat_key)

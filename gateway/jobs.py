@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from platforms.base import ChatRef, InboundMessage
+from platforms.base import Attachment, ChatRef, InboundMessage
 from storage.models import InboundRecord
 
 log = logging.getLogger(__name__)
@@ -117,4 +117,6 @@ def message_of(record: InboundRecord) -> InboundMessage:
         platform=record.platform, chat_id=record.chat_id, user_id=record.sender_id or "",
         message_id=record.message_id, text=record.text, thread_id=extra.get("thread_id"),
         user_name=record.sender_name, is_group=bool(extra.get("is_group")),
-        is_admin_hint=bool(extra.get("admin_hint")))
+        is_admin_hint=bool(extra.get("admin_hint")),
+        attachments=tuple(Attachment.from_dict(a) for a in extra.get("attachments") or ()
+                          if isinstance(a, dict)))

@@ -56,6 +56,10 @@ class Metrics:
             "threadline_stream_updates", "Updates of replies shown while written, by outcome "
             "(sent, skipped for the budget, rate_limited, failed)", ["platform", "outcome"],
             registry=r)
+        self.attachments = Counter(
+            "threadline_attachments", "Files people sent, by kind and outcome (read, "
+            "declined: not readable or too big; failed: download or transcription)",
+            ["kind", "outcome"], registry=r)
         self.queue_depth = Gauge("threadline_chats_busy", "Chats with queued or running work",
                                  registry=r)
         self.running = Gauge("threadline_turns_running", "Batches running now", registry=r)

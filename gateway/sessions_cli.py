@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from agent.attachments.files import AttachmentFiles
+from agent.attachments.parts import attachments_in
 from agent.messages import content_text
 from storage.base import SessionStore
 from storage.models import SessionRecord, UsageTotals
@@ -34,7 +36,19 @@ def _dump(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
-async def run(store: SessionStore, args: argparse.Namespace) -> int:
+def _attached(content: Any, files: AttachmentFiles | None) -> list[dict[str, Any]]:
+    """Each attachment of a message with the file it is kept in (None once removed)."""
+    out = []
+    for part in attachments_in(content):
+        path = files.path(str(part.get("file") or "")) if files else None
+        out.append({"kind": part.get("kind"), "name": part.get("name"),
+                    "mime": part.get("mime"), "bytes": part.get("bytes"),
+                    "path": str(path) if path is not None and path.is_file() else None})
+    return out
+
+
+async def run(store: SessionStore, args: argparse.Namespace,
+              files: AttachmentFiles | None = None) -> int:
     action = args.action
     if action == "list":
         sessions = await store.list_sessions(args.chat_key)
@@ -66,7 +80,8 @@ async def run(store: SessionStore, args: argparse.Namespace) -> int:
             [m.id for m in history if m.message.get("role") == "assistant"])
         if args.json:
             _dump([{"seq": m.seq, **m.message, "tokens": m.tokens, "answered": m.answered,
-                    "undelivered": m.id in undelivered, "created_at": m.created_at}
+                    "undelivered": m.id in undelivered, "created_at": m.created_at,
+                    "attached": _attached(m.message.get("content"), files)}
                    for m in history])
             return 0
         for m in history:
@@ -75,6 +90,10 @@ async def run(store: SessionStore, args: argparse.Namespace) -> int:
             flag = " [unanswered]" if m.answered is False else ""
             flag += " [undelivered]" if m.id in undelivered else ""
             print(f"[{m.seq}] {role}{who}{flag}: {content_text(m.message.get('content'))}")
+            for a in _attached(m.message.get("content"), files):
+                kept = a["path"] or "(file no longer kept)"
+                print(f"    attached {a['kind']}: {a['name']} ({a['mime']}, "
+                      f"{a['bytes'] or 0:,} bytes) {kept}")
         return 0
     hits = await store.search(args.query, args.chat_key)
     for hit in hits:

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 from agent import caching
 from agent.agent import AgentSettings
+from agent.attachments.files import AttachmentFiles
 from agent.engines import resolve_engine_factory
 from agent.providers.base import ProviderSettings
 from agent.providers.factory import build_provider
 from agent.tools.budget import clean_old_outputs
 from gateway.app import Gateway
+from gateway.attachments import MB, ReaderSettings
 from gateway.auth import Authorizer
 from gateway.commands import CommandTable
 from gateway.config import Config
@@ -30,6 +32,7 @@ from storage.base import SessionStore
 from storage.sqlite import SqliteSessionStore
 
 if TYPE_CHECKING:
+    from agent.providers.transcribe import Transcriber
     from platforms.discord.adapter import DiscordSettings
     from platforms.telegram.adapter import TelegramSettings
 
@@ -40,7 +43,7 @@ def main_settings(config: Config) -> ProviderSettings:
     return ProviderSettings(
         provider=m.provider, model=m.name, base_url=m.base_url, api_key=m.api_key,
         context_length=m.context_length, max_output_tokens=m.max_output_tokens,
-        timeout_s=m.timeout_s, max_retries=m.max_retries,
+        timeout_s=m.timeout_s, max_retries=m.max_retries, vision=m.vision,
         cache_ttl=(config.prompt_caching.cache_ttl if caching.applies(m.provider, m.name)
                    else None),
     )
@@ -98,7 +101,28 @@ def build_conversations(config: Config, store: SessionStore,
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,
-                         tool_dir=tool_outputs(config))
+                         tool_dir=tool_outputs(config), files=attachment_files(config))
+
+
+def attachment_files(config: Config) -> AttachmentFiles:
+    """Where attachments are kept (beside the database); files unused past the retention
+    period are removed here."""
+    files = AttachmentFiles(config.db_path.parent / "attachments")
+    removed = files.sweep(config.attachments.retention_days * 86_400)
+    if removed:
+        log.info("removed %d attachment file(s) unused for %g days", removed,
+                 config.attachments.retention_days)
+    return files
+
+
+def build_transcriber(config: Config) -> Transcriber | None:
+    t = config.transcription
+    if not t.model:
+        return None
+    from agent.providers.transcribe import Transcriber, TranscriptionSettings
+
+    return Transcriber(TranscriptionSettings(model=t.model, base_url=t.base_url,
+                                             api_key=t.api_key, timeout_s=t.timeout_s))
 
 
 def tool_outputs(config: Config) -> Path:
@@ -160,4 +184,7 @@ def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
                    resets=ResetPolicy.from_config(config.gateway.session_reset), clock=clock,
                    metrics=metrics, metrics_at=(m.listen, m.port) if m.port else None,
                    streaming=StreamSettings(config.streaming.enabled,
-                                            config.streaming.min_interval_ms / 1000))
+                                            config.streaming.min_interval_ms / 1000),
+                   attachments=ReaderSettings(int(config.attachments.max_mb * MB),
+                                              config.attachments.max_text_chars),
+                   transcriber=build_transcriber(config))

@@ -12,8 +12,9 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from gateway.attachments import AttachmentReader
 from gateway.auth import Authorizer
 from gateway.commands import CommandCall, CommandTable, Refusal
 from gateway.conversations import Conversations
@@ -41,8 +42,9 @@ class ChatWorker:
 
     def __init__(self, store: SessionStore, conversations: Conversations, outbound: Outbound,
                  commands: CommandTable, auth: Authorizer, resets: Resets,
-                 metrics: Metrics, streaming: Streaming) -> None:
+                 metrics: Metrics, streaming: Streaming, reader: AttachmentReader) -> None:
         self.store = store
+        self.reader = reader
         self.streaming = streaming
         self.resets = resets
         self.metrics = metrics
@@ -117,10 +119,13 @@ class ChatWorker:
     async def _answer(self, chat_key: str, running: Running) -> None:
         jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
         chat, records = jobs[0].chat, [job.record for job in jobs]
-        ids = tuple(r.message_id for r in records)
         notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
         if notice:
             await self.outbound.send(chat, notice)
+        records, parts = await self._read_attachments(chat, records)
+        if not records:
+            return
+        ids = tuple(r.message_id for r in records)
         live = self.streaming.open(chat, records[-1].message_id, draft_id=records[-1].id)
         typing = asyncio.create_task(self.outbound.keep_typing(
             chat, until=(lambda: live.showing) if live else None))
@@ -128,7 +133,7 @@ class ChatWorker:
         failure: str | None = None
         try:
             prepared = await self._until_stopped(
-                running, self.conversations.prepare(chat, records, live))
+                running, self.conversations.prepare(chat, records, live, parts))
         except Exception:
             log.exception("turn failed in %s", chat_key)
             prepared, failure = None, "failed"
@@ -165,6 +170,32 @@ class ChatWorker:
         await self.outbound.send_all(chat, (*(committed.before if shown else ()),
                                             *committed.after))
         await self.outbound.delivered(chat, ids)
+
+    async def _read_attachments(self, chat: ChatRef, records: list[InboundRecord]
+                                ) -> tuple[list[InboundRecord], dict[int, list[dict[str, Any]]]]:
+        """Fetch and read what the new messages carry (typing meanwhile). A message left
+        with nothing to answer is answered with why, and leaves the batch; the others
+        hear in one message what was declined or noticed about their files."""
+        todo = [r for r in records if r.status == "pending" and r.extra.get("attachments")]
+        if not todo:
+            return records, {}
+        kept, parts = list(records), {}
+        typing = asyncio.create_task(self.outbound.keep_typing(chat))
+        try:
+            for record in todo:
+                reading = await self.reader.read(record)
+                said = "\n".join(reading.said)
+                if not reading.parts and not record.text.strip():
+                    kept.remove(record)
+                    await self.store.finish_inbound([record.id], "failed")
+                    await self.outbound.answer(chat, said or GENERIC_FAILURE, record.message_id)
+                    continue
+                parts[record.id] = reading.parts
+                if said:
+                    await self.outbound.send(chat, said, record.message_id)
+        finally:
+            typing.cancel()
+        return kept, parts
 
     async def _stopped_midway(self, chat: ChatRef, records: list[InboundRecord],
                               live: LiveReply) -> None:

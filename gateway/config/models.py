@@ -89,6 +89,7 @@ class ModelConfig(Section):
     max_output_tokens: int = Field(1024, gt=0)
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(2, ge=0)
+    vision: bool | None = None  # takes pictures; None: known from the model name
 
     @model_validator(mode="after")
     def _credentials(self) -> ModelConfig:
@@ -177,6 +178,21 @@ class ModelPrice(Section):
 class StreamingConfig(Section):
     enabled: bool = True  # show replies while they are written
     min_interval_ms: int = Field(1000, ge=0)  # at most one update per chat this often
+
+
+class TranscriptionConfig(Section):
+    """An OpenAI-compatible /audio/transcriptions endpoint; voice notes need `model` set."""
+
+    base_url: OptStr = None  # None: api.openai.com
+    api_key: OptStr = None
+    model: OptStr = None  # e.g. whisper-1; None: voice notes are declined
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class AttachmentsConfig(Section):
+    max_mb: float = Field(20, gt=0)  # the largest file fetched (Telegram's own limit: 20 MB)
+    max_text_chars: int = Field(100_000, ge=1000)  # a document's text given to the model
+    retention_days: float = Field(90, ge=0)  # unused files go after this; 0 keeps them
 
 
 class MetricsConfig(Section):
@@ -310,6 +326,8 @@ class Config(Section):
     prompt_caching: PromptCachingConfig = Field(default_factory=PromptCachingConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     streaming: StreamingConfig = Field(default_factory=StreamingConfig)
+    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
+    attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     prices: Annotated[dict[str, ModelPrice], BeforeValidator(_none_to_mapping)] = Field(
         default_factory=dict)  # by model name, as the provider names it
@@ -371,6 +389,7 @@ class Config(Section):
         candidates = (
             self.model.api_key,
             self.auxiliary.compression.api_key,
+            self.transcription.api_key,
             self.platforms.telegram.token,
             self.platforms.telegram.webhook.secret_token,
             self.platforms.discord.token,

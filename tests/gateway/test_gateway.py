@@ -9,6 +9,7 @@ import time
 import aiosqlite
 import pytest
 
+from platforms.base import Attachment
 from tests.harness.fake_openai import FakeOpenAI
 from tests.harness.gateway import after_restart, close, config_for, started_gateway
 from tests.harness.platform import RecordingPlatform
@@ -192,7 +193,7 @@ async def test_bad_input_gets_a_short_answer(tmp_path, fake_openai, platform):
     gw = await started_gateway(config, [platform])
     try:
         await platform.say("   ")
-        await platform.say("", attachments=("sticker",))
+        await platform.say("", attachments=(Attachment("sticker", ref="s1"),))
         await platform.say("x" * 50_000)
         await platform.say("hi", user_id="bot", is_bot=True)
         await platform.wait_delivered(3)

@@ -10,6 +10,7 @@ import pytest
 
 from platforms.telegram.format import render
 from platforms.text import utf16_len
+from tests.harness.media import jpeg
 from tests.harness.telegram_gateway import telegram_config, telegram_gateway
 
 USER, ADMIN, OWNER = 5550001, 5550002, 5550003
@@ -110,17 +111,25 @@ async def test_a_failed_admin_lookup_counts_as_not_an_admin(tmp_path, fake_opena
 
 async def test_unreadable_content_gets_a_short_answer_and_a_caption_is_read(
         tmp_path, fake_openai, fake_telegram):
+    """A text-only model ("fake-model" is not known to see) and no transcription set up."""
     config = telegram_config(tmp_path, fake_telegram, fake_openai.base_url)
     ups = fake_telegram.updates
     async with telegram_gateway(config):
         fake_telegram.push(ups.sticker(chat_id=USER, user_id=USER))
         fake_telegram.push(ups.voice(chat_id=USER, user_id=USER))
-        fake_telegram.push(ups.photo(chat_id=USER, user_id=USER))
-        fake_telegram.push(ups.photo("what is in this picture?", chat_id=USER, user_id=USER))
-        replies = await fake_telegram.wait_for_messages(USER, 4)
+        await fake_telegram.wait_for_messages(USER, 2)
+        fake_telegram.push(ups.photo(chat_id=USER, user_id=USER, data=jpeg(1)))
+        await fake_telegram.wait_for_messages(USER, 3)
+        fake_telegram.push(ups.photo("what is in this picture?", chat_id=USER, user_id=USER,
+                                     data=jpeg(2)))
+        replies = await fake_telegram.wait_for_messages(USER, 5)
     texts = [r.text for r in replies]
-    assert "sticker" in texts[0] and "voice" in texts[1] and "photo" in texts[2]
-    assert texts[3] == "echo: what is in this picture?"
+    assert {texts[0][:30], texts[1][:30]} == {"I can't open stickers: I read ",
+                                              "I can't listen to voice messag"}
+    assert texts[2].startswith("This model can't see pictures. Tell me in words")
+    assert texts[3].startswith("This model can't see pictures, so I'll go by your words")
+    assert texts[4] == ("echo: [a picture was attached here; this model cannot see "
+                        "pictures]\nwhat is in this picture?")
     assert model_calls(fake_openai) == 1
 
 
