@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import pytest
 
 from storage.errors import StoreError
 from storage.models import Compaction, NewMessage, TurnRecord
-from storage.sqlite import SqliteSessionStore
+from storage.sqlite import SqliteSessionStore, schema
 
 
 @pytest.fixture
@@ -126,3 +127,29 @@ async def test_a_broken_index_is_a_clear_store_error(store: SqliteSessionStore) 
         await store.search("anything")
     assert "search for 'anything' failed" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+async def test_attachments_are_found_by_their_text_and_never_by_their_file(tmp_path: Path
+                                                                           ) -> None:
+    """Schema 7: a picture's caption, a document's text and a transcript are searchable;
+    a database from schema 6 keeps its rows found, and the index stays consistent."""
+    path = tmp_path / "t.db"
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        await schema.migrate(db, str(path), target=6)
+        await db.execute("INSERT INTO sessions (id, chat_key, kind, started_at)"
+                         " VALUES ('old', 'console:1', 'root', 1)")
+        await db.execute("INSERT INTO messages (session_id, seq, role, content, created_at)"
+                         " VALUES ('old', 0, 'user', 'the heron nests early', 1)")
+    part = {"type": "attachment", "kind": "file", "file": "ab/cd.txt", "name": "notes.txt",
+            "text": "the spare key is under the KINGFISHER pot"}
+    async with SqliteSessionStore(path) as store:
+        session = await store.create_root_session("console:1", model=None, system_prompt=None)
+        await store.append_messages(session.id, [
+            msg("user", [part, {"type": "text", "text": "where is it?"}])])
+        assert [h.seq for h in await store.search("kingfisher")] == [0]
+        assert [h.session_id for h in await store.search("heron")] == ["old"]
+        assert await store.search("cd.txt") == [] and await store.search("notes") == []
+    with sqlite3.connect(path) as raw:  # FTS5's own consistency check raises if not
+        raw.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+        raw.execute("DELETE FROM messages")
+        assert raw.execute("SELECT count(*) FROM messages_fts").fetchone() == (0,)
