@@ -12,72 +12,29 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+
+from gateway.config.base import (
+    OptStr,
+    Section,
+    UserId,
+    _none_to_empty,
+    _none_to_mapping,
+    _upper,
+    resolve_path,
+    rule_error,
+)
+from gateway.config.platforms import PlatformsConfig
 
 DEFAULT_SYSTEM_PROMPT = "You are Threadline, a helpful assistant."
 DB_FILENAME = "threadline.db"
 PLATFORM_NAMES = ("console", "telegram", "discord")
-
-
-def rule_error(key: str, message: str) -> PydanticCustomError:
-    """A cross-field error; `key` is the offending key relative to the model being validated."""
-    # The message travels in ctx so braces in it (e.g. "${VAR}") are never re-formatted.
-    return PydanticCustomError("config_rule", "{message}", {"key": key, "message": message})
-
-
-def resolve_path(value: str | os.PathLike[str], context: Any) -> Path:
-    """Expand ~ and make a relative path relative to the config file's directory."""
-    path = Path(value).expanduser()
-    base = context.get("base_dir") if isinstance(context, dict) else None
-    return path if path.is_absolute() or base is None else Path(base) / path
-
-
-def _none_to_empty(value: Any) -> str | None:
-    # `${VAR:-}` yields ""; for optional strings that means "not set".
-    return None if value == "" else value
-
-
-def _user_id(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a user id (number or string), got {str(value).lower()}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    raise ValueError(f"expected a user id (number or string), got {value!r}")
-
-
-def _none_to_mapping(value: Any) -> Any:
-    return {} if value is None else value
-
-
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
-
-
-OptStr = Annotated[str | None, BeforeValidator(_none_to_empty)]
-UserId = Annotated[str, BeforeValidator(_user_id)]
-
-
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_section(cls, data: Any) -> Any:
-        # `telegram:` with nothing under it means "all defaults", not "not a mapping".
-        return {} if data is None else data
 
 
 class ModelConfig(Section):
@@ -240,64 +197,6 @@ class GatewayConfig(Section):
     admins: PlatformUsers = Field(default_factory=PlatformUsers)
     session_reset: SessionResetConfig = Field(default_factory=SessionResetConfig)
     coalesce_ms: int = Field(1500, ge=0)
-
-
-class ConsoleConfig(Section):
-    enabled: bool = True
-
-
-class TelegramWebhookConfig(Section):
-    url: OptStr = None
-    listen: str = "127.0.0.1"
-    port: int = Field(8443, ge=1, le=65535)
-    secret_token: OptStr = Field(None, pattern=r"^[A-Za-z0-9_-]{1,256}$")
-
-
-class TelegramConfig(Section):
-    enabled: bool = False
-    token: OptStr = None
-    mode: Literal["polling", "webhook"] = "polling"
-    base_url: OptStr = None
-    base_file_url: OptStr = None
-    webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
-    require_mention: bool = True
-
-    @model_validator(mode="after")
-    def _enabled_needs(self) -> TelegramConfig:
-        if not self.enabled:
-            return self
-        if not self.token:
-            raise rule_error(
-                "token", "required when telegram is enabled; set token: ${TELEGRAM_BOT_TOKEN}"
-            )
-        if self.mode == "webhook":
-            for key in ("url", "secret_token"):
-                if not getattr(self.webhook, key):
-                    raise rule_error(f"webhook.{key}", "required when mode is webhook")
-        return self
-
-
-class DiscordConfig(Section):
-    enabled: bool = False
-    token: OptStr = None
-    api_base: OptStr = None
-    gateway_url: OptStr = None
-    require_mention: bool = True
-    guild_ready_timeout: float = Field(2.0, ge=0)
-
-    @model_validator(mode="after")
-    def _enabled_needs(self) -> DiscordConfig:
-        if self.enabled and not self.token:
-            raise rule_error(
-                "token", "required when discord is enabled; set token: ${DISCORD_BOT_TOKEN}"
-            )
-        return self
-
-
-class PlatformsConfig(Section):
-    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
-    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
-    discord: DiscordConfig = Field(default_factory=DiscordConfig)
 
 
 class TrajectoriesConfig(Section):

@@ -1,0 +1,67 @@
+"""The `platforms` section: the console, Telegram and Discord."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gateway.config.base import OptStr, Section, rule_error
+
+
+class ConsoleConfig(Section):
+    enabled: bool = True
+
+
+class TelegramWebhookConfig(Section):
+    url: OptStr = None
+    listen: str = "127.0.0.1"
+    port: int = Field(8443, ge=1, le=65535)
+    secret_token: OptStr = Field(None, pattern=r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class TelegramConfig(Section):
+    enabled: bool = False
+    token: OptStr = None
+    mode: Literal["polling", "webhook"] = "polling"
+    base_url: OptStr = None
+    base_file_url: OptStr = None
+    webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
+    require_mention: bool = True
+
+    @model_validator(mode="after")
+    def _enabled_needs(self) -> TelegramConfig:
+        if not self.enabled:
+            return self
+        if not self.token:
+            raise rule_error(
+                "token", "required when telegram is enabled; set token: ${TELEGRAM_BOT_TOKEN}"
+            )
+        if self.mode == "webhook":
+            for key in ("url", "secret_token"):
+                if not getattr(self.webhook, key):
+                    raise rule_error(f"webhook.{key}", "required when mode is webhook")
+        return self
+
+
+class DiscordConfig(Section):
+    enabled: bool = False
+    token: OptStr = None
+    api_base: OptStr = None
+    gateway_url: OptStr = None
+    require_mention: bool = True
+    guild_ready_timeout: float = Field(2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _enabled_needs(self) -> DiscordConfig:
+        if self.enabled and not self.token:
+            raise rule_error(
+                "token", "required when discord is enabled; set token: ${DISCORD_BOT_TOKEN}"
+            )
+        return self
+
+
+class PlatformsConfig(Section):
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
