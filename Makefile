@@ -51,6 +51,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/discord.py
 	$(BIN)/python bench/caching.py
 	$(BIN)/python bench/streaming.py
+	$(BIN)/python bench/attachments.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

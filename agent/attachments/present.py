@@ -2,8 +2,9 @@
 
 A vision model gets each picture as image content (an OpenAI `image_url` data URL, which
 the Anthropic provider turns into a base64 image block) followed by its caption; at most
-MAX_IMAGES of the newest pictures go with one request. A model that cannot see pictures,
-a picture past that count, or one whose file is gone, gets a one-line note instead. A
+MAX_IMAGES of the newest pictures go with one request, with at most MAX_IMAGE_CHARS of
+base64 in all. A model that cannot see pictures, a picture past those limits, or one
+whose file is gone, gets a one-line note instead. A
 document becomes its text between a header and an end line; a voice note, its transcript.
 """
 
@@ -17,6 +18,7 @@ from agent.attachments.parts import attachments_in, is_attachment
 Message = dict[str, Any]
 
 MAX_IMAGES = 50  # pictures sent with one request, newest first (Anthropic takes 100)
+MAX_IMAGE_CHARS = 20_000_000  # and their base64 in all: Anthropic refuses requests > 32 MB
 NOT_SEEN = "[a picture was attached here; this model cannot see pictures]"
 GONE = "[a picture was attached here; its file is no longer kept]"
 OLDER = "[an earlier picture, not sent again with this request]"
@@ -27,6 +29,7 @@ class _Pictures:
 
     def __init__(self, files: AttachmentFiles | None, vision: bool, left: int) -> None:
         self.files, self.vision, self.left = files, vision, left
+        self.room = MAX_IMAGE_CHARS
 
     def part(self, part: dict[str, Any]) -> dict[str, Any]:
         if not self.vision or self.files is None:
@@ -37,7 +40,11 @@ class _Pictures:
                                   str(part.get("mime") or "image/jpeg"))
         if url is None:
             return _text(GONE)
+        if len(url) > self.room:
+            self.left = 0  # older pictures would not fit either: keep the order simple
+            return _text(OLDER)
         self.left -= 1
+        self.room -= len(url)
         return {"type": "image_url", "image_url": {"url": url}}
 
 

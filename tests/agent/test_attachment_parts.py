@@ -131,3 +131,16 @@ def test_the_estimate_counts_each_picture_at_the_providers_constant(tmp_path, pr
     without = estimate_message({"role": "user", "content": build_content("look", [])})
     assert image_tokens(provider, vision) == cost
     assert TokenCache(image_cost=cost).tokens(message) == without + 3 * cost
+
+
+def test_pictures_stop_at_the_byte_budget_of_one_request(tmp_path, monkeypatch):
+    from agent.attachments import present
+
+    files = AttachmentFiles(tmp_path)
+    messages = [{"role": "user", "content": [picture(files, PNG * 50 + bytes([i]))]}
+                for i in range(4)]
+    one = len(files.data_url(messages[0]["content"][0]["file"], "image/png"))
+    monkeypatch.setattr(present, "MAX_IMAGE_CHARS", one * 2 + 10)
+    sent = for_model(messages, files, vision=True)
+    kinds = [m["content"][0].get("text") or m["content"][0]["type"] for m in sent]
+    assert kinds == [OLDER, OLDER, "image_url", "image_url"]
