@@ -18,14 +18,12 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from agent.tools.budget import chat_directory
+
 log = logging.getLogger(__name__)
 
 _REF = re.compile(r"^[0-9a-f]{24}/[0-9a-f]{32}\.[a-z0-9]{1,8}$")
 _CACHE_BYTES = 64 * 1024 * 1024  # encoded pictures kept in memory between requests
-
-
-def _chat_dir(chat_key: str) -> str:
-    return hashlib.sha256(chat_key.encode()).hexdigest()[:24]
 
 
 class AttachmentFiles:
@@ -38,7 +36,8 @@ class AttachmentFiles:
     def save(self, chat_key: str, data: bytes, suffix: str) -> str:
         """Keep `data` for the chat; return its ref. Written whole or not at all."""
         suffix = re.sub(r"[^a-z0-9]", "", suffix.lower())[:8] or "bin"
-        ref = f"{_chat_dir(chat_key)}/{hashlib.sha256(data).hexdigest()[:32]}.{suffix}"
+        chat = chat_directory(self.root, chat_key).name  # as saved tool outputs are kept
+        ref = f"{chat}/{hashlib.sha256(data).hexdigest()[:32]}.{suffix}"
         path = self.root / ref
         if path.exists():
             os.utime(path)
