@@ -52,6 +52,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/caching.py
 	$(BIN)/python bench/streaming.py
 	$(BIN)/python bench/attachments.py
+	$(BIN)/python bench/trajectories.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

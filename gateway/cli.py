@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     backup = sub.add_parser("backup", parents=[common],
                             help="copy the database, consistently, while the service runs")
     backup.add_argument("path", help="where to write the copy (an existing file is replaced)")
+    traj = sub.add_parser("trajectories", parents=[common], help="training data tools")
+    ts = traj.add_subparsers(dest="action", required=True)
+    tc = ts.add_parser("compress", parents=[common],
+                       help="make ShareGPT trajectories fit trajectories.target_max_tokens")
+    tc.add_argument("input", help="JSONL of ShareGPT entries")
+    tc.add_argument("output", help="where to write them (metrics beside it)")
     sub.add_parser("doctor", parents=[common],
                    help="check config, database, providers and platform tokens")
     return p
@@ -114,6 +120,10 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
         return await _compress(args, config)
     if args.command == "backup":
         return await _backup(args, config)
+    if args.command == "trajectories":
+        from gateway import trajectories_cli
+
+        return await trajectories_cli.run(args, config)
     store = build_store(config)
     await store.initialize()
     try:

@@ -60,6 +60,9 @@ class FakeServer:
         self._port = port
         self.calls: list[RecordedCall] = []
         self._injections: deque[_Injection] = deque()
+        self.in_flight = 0  # requests being answered now, and the most there ever were
+        self.peak_in_flight = 0
+        self.answer_delay_s = 0.0  # every request waits this long (concurrency shows)
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -190,15 +193,22 @@ class FakeServer:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        await self._record(request)
-        if self._injections and self.injectable(request):
-            injection = self._injections.popleft()
-            if injection.status is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), injection.seconds)
-            else:
-                return self._injected_response(injection)
-        return await handler(request)
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            await self._record(request)
+            if self._injections and self.injectable(request):
+                injection = self._injections.popleft()
+                if injection.status is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), injection.seconds)
+                else:
+                    return self._injected_response(injection)
+            if self.answer_delay_s:
+                await asyncio.sleep(self.answer_delay_s)
+            return await handler(request)
+        finally:
+            self.in_flight -= 1
 
     def _injected_response(self, injection: _Injection) -> web.Response:
         status = injection.status or 500
