@@ -80,7 +80,10 @@ class TrajectoryBatch:
         self.settings = settings
         self.summarizer = Summarizer(provider, window=window or provider.context_length,
                                      budget=settings.summary_target_tokens)
-        self._slots = asyncio.Semaphore(settings.max_concurrent_requests)
+        # The local model answers one call at a time: more in flight would only wait inside
+        # it, on the entries' clocks.
+        self._slots = asyncio.Semaphore(1 if provider.kind == "local"
+                                        else settings.max_concurrent_requests)
 
     async def _one(self, number: int, line: str
                    ) -> tuple[str, dict[str, Any], EntryMetrics | None, str | None]:
