@@ -11,7 +11,13 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from platforms.base import Attachment, DownloadError, FileTooLarge, InboundMessage
+from platforms.base import (
+    Attachment,
+    DownloadError,
+    FileTooLarge,
+    InboundMessage,
+    PlatformAdapter,
+)
 from platforms.discord.adapter import DiscordAdapter, DiscordSettings
 from platforms.telegram.adapter import TelegramAdapter, TelegramSettings
 from tests.harness.discord_bot import GUILD_READY_S
@@ -40,33 +46,32 @@ class Inbox:
 
 
 @asynccontextmanager
-async def telegram(fake) -> AsyncIterator[tuple[TelegramAdapter, Inbox]]:
-    inbox = Inbox()
-    adapter = TelegramAdapter(inbox, TelegramSettings(
-        token=fake.token, base_url=fake.base_url, base_file_url=fake.base_file_url,
-        poll_timeout_s=0.5))
+async def running(adapter: PlatformAdapter) -> AsyncIterator[PlatformAdapter]:
     await adapter.initialize()
     await adapter.start()
     try:
-        yield adapter, inbox
+        yield adapter
     finally:
         await adapter.stop()
         await adapter.shutdown()
 
 
 @asynccontextmanager
-async def discord_adapter(fake) -> AsyncIterator[tuple[DiscordAdapter, Inbox]]:
+async def telegram(fake) -> AsyncIterator[tuple[PlatformAdapter, Inbox]]:
     inbox = Inbox()
-    adapter = DiscordAdapter(inbox, DiscordSettings(
-        token=fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url,
-        guild_ready_timeout=GUILD_READY_S))
-    await adapter.initialize()
-    await adapter.start()
-    try:
+    async with running(TelegramAdapter(inbox, TelegramSettings(
+            token=fake.token, base_url=fake.base_url, base_file_url=fake.base_file_url,
+            poll_timeout_s=0.5))) as adapter:
         yield adapter, inbox
-    finally:
-        await adapter.stop()
-        await adapter.shutdown()
+
+
+@asynccontextmanager
+async def discord_adapter(fake) -> AsyncIterator[tuple[PlatformAdapter, Inbox]]:
+    inbox = Inbox()
+    async with running(DiscordAdapter(inbox, DiscordSettings(
+            token=fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url,
+            guild_ready_timeout=GUILD_READY_S))) as adapter:
+        yield adapter, inbox
 
 
 async def test_telegram_reports_files_and_fetches_exactly_their_bytes(fake_telegram):
