@@ -8,11 +8,10 @@ from __future__ import annotations
 import functools
 import json
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-
-import aiosqlite
 
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import NewMessage, OutChunk, SessionRecord, StoredMessage, UsageRecord
@@ -81,72 +80,73 @@ def new_session_id(now: float) -> str:
 
 
 # --- statements (the caller holds the transaction) ----------------------------------------
-# Each `await` on the connection is a round-trip to its thread (~100 µs): helpers do in one
-# statement what SQL allows (RETURNING, folded checks) and skip statements with nothing to do.
-async def fetch_one(db: aiosqlite.Connection, sql: str, params: Any = ()) -> Any:
-    rows = await db.execute_fetchall(sql, params)  # one round-trip; a cursor costs three
-    return next(iter(rows), None)
+# These run in the store's database thread, inside the unit of work the event loop handed
+# it (storage/sqlite/connection.py): a whole store call is one trip to that thread.
+def fetch_one(db: sqlite3.Connection, sql: str, params: Any = ()) -> Any:
+    return db.execute(sql, params).fetchone()
 
 
-async def fetch_all(db: aiosqlite.Connection, sql: str, params: Any,
-                    convert: Callable[[Any], T]) -> list[T]:
-    return [convert(row) for row in await db.execute_fetchall(sql, params)]
+def fetch_all(db: sqlite3.Connection, sql: str, params: Any,
+              convert: Callable[[Any], T]) -> list[T]:
+    return [convert(row) for row in db.execute(sql, params)]
 
 
-async def load_session(db: aiosqlite.Connection, session_id: str) -> SessionRecord | None:
-    row = await fetch_one(db, f"SELECT {SESSION_COLUMNS} FROM sessions AS s WHERE s.id = ?",
+def load_session(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
+    row = fetch_one(db, f"SELECT {SESSION_COLUMNS} FROM sessions AS s WHERE s.id = ?",
                           (session_id,))
     return session_record(row) if row else None
 
 
-async def require_session(db: aiosqlite.Connection, session_id: str) -> SessionRecord:
-    record = await load_session(db, session_id)
+def require_session(db: sqlite3.Connection, session_id: str) -> SessionRecord:
+    record = load_session(db, session_id)
     if record is None:
         raise StoreError(f"no session {session_id!r}")
     return record
 
 
-async def new_root(db: aiosqlite.Connection, chat_key: str, model: str | None,
+def new_root(db: sqlite3.Connection, chat_key: str, model: str | None,
                    system_prompt: str | None, system_message: NewMessage | None
                    ) -> SessionRecord:
     """Insert a root session (with its system message at seq 0) and make it the chat's."""
     now = time.time()
     session_id = new_session_id(now)
-    await db.execute(
+    db.execute(
         "INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)"
         " VALUES (?, ?, 'root', ?, ?, ?)", (session_id, chat_key, now, model, system_prompt))
     if system_message is not None:
-        await append(db, session_id, [system_message], now)
-    await db.execute(
+        append(db, session_id, [system_message], now)
+    db.execute(
         "INSERT INTO chats (chat_key, session_id, updated_at) VALUES (?, ?, ?)"
         " ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,"
         " updated_at = excluded.updated_at", (chat_key, session_id, now))
-    return await require_session(db, session_id)
+    return require_session(db, session_id)
 
 
-async def end_reason_of(db: aiosqlite.Connection, session_id: str) -> str | None:
+def end_reason_of(db: sqlite3.Connection, session_id: str) -> str | None:
     """None while the session is live; StoreError when there is no such session."""
-    row = await fetch_one(db, "SELECT end_reason FROM sessions WHERE id = ?", (session_id,))
+    row = fetch_one(db, "SELECT end_reason FROM sessions WHERE id = ?", (session_id,))
     if row is None:
         raise StoreError(f"no session {session_id!r}")
     return row[0]
 
 
-async def require_open(db: aiosqlite.Connection, session_id: str, *,
-                       continuing: bool = False) -> None:
+def require_open(db: sqlite3.Connection, session_id: str, *,
+                 continuing: bool = False, live: bool = False) -> None:
     """Check, inside the transaction, that the session may take new messages.
 
     A continued session (ended by compression) takes none: its continuation does. A session
     ended otherwise (reset, expired) may still receive the end of its last turn, but only
-    a live session without a continuation may be continued.
+    a live session without a continuation may be continued, and new messages (`live`) go
+    only to a session that has not ended.
     """
-    row = await fetch_one(db, "SELECT s.end_reason, EXISTS (SELECT 1 FROM sessions AS c"
+    row = fetch_one(db, "SELECT s.end_reason, EXISTS (SELECT 1 FROM sessions AS c"
                           " WHERE c.parent_session_id = s.id AND c.kind = 'compression')"
                           " FROM sessions AS s WHERE s.id = ?", (session_id,))
     if row is None:
         raise StoreError(f"no session {session_id!r}")
     end_reason, continued = row
-    if end_reason == "compression" or (continuing and (end_reason is not None or continued)):
+    if end_reason == "compression" or ((continuing or live) and end_reason is not None) \
+            or (continuing and continued):
         raise ContinuationConflict(
             f"session {session_id} was already continued or has ended ({end_reason})")
 
@@ -162,7 +162,7 @@ def _insert_sql(rows: int) -> str:
             " ORDER BY batch.pos RETURNING id, seq")
 
 
-async def append(db: aiosqlite.Connection, session_id: str, messages: Sequence[NewMessage],
+def append(db: sqlite3.Connection, session_id: str, messages: Sequence[NewMessage],
                  now: float) -> list[StoredMessage]:
     stored: list[StoredMessage] = []
     for start in range(0, len(messages), ROWS_PER_INSERT):
@@ -171,7 +171,7 @@ async def append(db: aiosqlite.Connection, session_id: str, messages: Sequence[N
         for m in batch:
             params.extend(message_values(m, now))
         # RETURNING yields rows in no promised order: seq puts them back in batch order.
-        rows = sorted(await db.execute_fetchall(_insert_sql(len(batch)), params),
+        rows = sorted(db.execute(_insert_sql(len(batch)), params).fetchall(),
                       key=lambda row: row[1])
         stored.extend(StoredMessage(id=row_id, session_id=session_id, seq=seq,
                                     message=dict(m.message), tokens=m.tokens, created_at=now,
@@ -188,31 +188,31 @@ _OPEN = "status IN ('pending', 'taken')"
 FINISH_INBOUND = f"UPDATE inbound SET status = ? WHERE id {IN_IDS} AND {_OPEN}"
 
 
-async def mark_inbound(db: aiosqlite.Connection, answered: Sequence[int],
+def mark_inbound(db: sqlite3.Connection, answered: Sequence[int],
                        failed: Sequence[int]) -> None:
     """Finish open rows: answered (a trigger marks their message rows in live sessions) or
     failed. A finished row never changes again, so a late stop cannot turn a delivered
     reply into a failure, and an ended session's messages are never touched."""
     for status, ids in (("answered", answered), ("failed", failed)):
         if ids:
-            await db.execute(FINISH_INBOUND, (status, json.dumps(list(ids))))
+            db.execute(FINISH_INBOUND, (status, json.dumps(list(ids))))
 
 
-async def set_reply(db: aiosqlite.Connection, inbound_ids: Sequence[int],
+def set_reply(db: sqlite3.Connection, inbound_ids: Sequence[int],
                     reply: StoredMessage | None) -> None:
     """Point taken rows at their stored, not yet delivered, reply."""
     if inbound_ids and reply is not None:
-        await db.execute(f"UPDATE inbound SET reply_row_id = ? WHERE id {IN_IDS}"
+        db.execute(f"UPDATE inbound SET reply_row_id = ? WHERE id {IN_IDS}"
                          " AND status = 'taken'", (reply.id, json.dumps(list(inbound_ids))))
 
 
-async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],
+def take_inbound(db: sqlite3.Connection, inbound_ids: Sequence[int],
                        stored: Sequence[StoredMessage]) -> None:
     """Mark pending rows taken, each linked to the message carrying its platform message id,
     else to the message at its position (as many messages as rows), else to the last one."""
-    found = await db.execute_fetchall(
+    found = db.execute(
         f"SELECT id, message_id, status FROM inbound WHERE id {IN_IDS}",
-        (json.dumps(list(inbound_ids)),))
+        (json.dumps(list(inbound_ids)),)).fetchall()
     by_id = {row[0]: row for row in found}
     by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
     links: list[tuple[int | None, int]] = []
@@ -226,29 +226,29 @@ async def take_inbound(db: aiosqlite.Connection, inbound_ids: Sequence[int],
             target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
         links.append((target.id if target else None, inbound_id))
     if links:
-        await db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?"
+        db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?"
                              " WHERE id = ?", links)
 
 
-async def insert_usage(db: aiosqlite.Connection, session_id: str,
+def insert_usage(db: sqlite3.Connection, session_id: str,
                        usage: Sequence[UsageRecord], now: float) -> None:
     if not usage:
         return
-    await db.executemany(
+    db.executemany(
         "INSERT INTO usage (session_id, model, purpose, input, output, cache_read,"
         " cache_write, reasoning, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(session_id, u.model, u.purpose, u.input_tokens, u.output_tokens,
           u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens, now) for u in usage])
 
 
-async def save_state(db: aiosqlite.Connection, session_id: str, state: dict[str, Any] | None,
+def save_state(db: sqlite3.Connection, session_id: str, state: dict[str, Any] | None,
                      last_prompt_tokens: int | None) -> SessionRecord:
     """Set whichever of the two is given (None keeps it); return the session as it is now.
 
     One statement either way: with nothing to set, the UPDATE rewrites the row unchanged and
     still reads it back. StoreError when there is no such session.
     """
-    row = await fetch_one(
+    row = fetch_one(
         db, "UPDATE sessions SET engine_state = COALESCE(?, engine_state),"
         " last_prompt_tokens = COALESCE(?, last_prompt_tokens) WHERE id = ?"
         f" RETURNING {SESSION_COLUMNS_OF.format(s='sessions')}",
@@ -297,19 +297,19 @@ def chain_params(session_id: str) -> dict[str, Any]:
     return {"sid": session_id, "max_depth": MAX_CHAIN_DEPTH}
 
 
-async def live_session(db: aiosqlite.Connection, chat_key: str) -> SessionRecord | None:
+def live_session(db: sqlite3.Connection, chat_key: str) -> SessionRecord | None:
     """The chat's current session followed to its tip; None when it has none or it ended."""
-    row = await fetch_one(db, LIVE_SESSION, {"key": chat_key, "max_depth": MAX_CHAIN_DEPTH})
+    row = fetch_one(db, LIVE_SESSION, {"key": chat_key, "max_depth": MAX_CHAIN_DEPTH})
     record = session_record(row) if row else None
     return record if record is not None and record.live else None
 
 
-async def update_pending_text(db: aiosqlite.Connection, key: tuple[str, str, str],
+def update_pending_text(db: sqlite3.Connection, key: tuple[str, str, str],
                               text: str) -> str | None:
     """An edit: replace the text while the row is pending; return the status found."""
-    row = await fetch_one(db, f"SELECT status FROM inbound {_ONE_INBOUND}", key)
+    row = fetch_one(db, f"SELECT status FROM inbound {_ONE_INBOUND}", key)
     if row is not None and row[0] == "pending":
-        await db.execute(f"UPDATE inbound SET text = ? {_ONE_INBOUND}", (text, *key))
+        db.execute(f"UPDATE inbound SET text = ? {_ONE_INBOUND}", (text, *key))
     return row[0] if row else None
 
 
@@ -322,13 +322,13 @@ UNDELIVERED = (f"SELECT DISTINCT reply_row_id FROM deliveries WHERE reply_row_id
                " AND status = 'pending'")
 
 
-async def insert_delivery(db: aiosqlite.Connection, inbound_id: int, reply: StoredMessage,
+def insert_delivery(db: sqlite3.Connection, inbound_id: int, reply: StoredMessage,
                           chunks: Sequence[OutChunk]) -> None:
     """Record a reply's chunks as pending (a redelivered turn keeps the first record); a
     chunk that replaces a streamed preview carries the preview's message id."""
     if not chunks:
         return
-    await db.executemany(
+    db.executemany(
         "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
         " platform_message_id) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of)

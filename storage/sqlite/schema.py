@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-
-import aiosqlite
+import sqlite3
 
 from storage.errors import StoreError
 
@@ -200,48 +199,47 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REP
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-async def configure(db: aiosqlite.Connection, busy_timeout_ms: int) -> None:
+def configure(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
     """Connection settings: wait for other writers, WAL, durable enough, foreign keys."""
-    await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-    await db.execute("PRAGMA journal_mode = WAL")
-    await db.execute("PRAGMA synchronous = NORMAL")
-    await db.execute("PRAGMA foreign_keys = ON")
+    db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("PRAGMA foreign_keys = ON")
 
 
-async def optimize(db: aiosqlite.Connection) -> None:
-    await db.execute("PRAGMA optimize")
+def optimize(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA optimize")
 
 
-async def user_version(db: aiosqlite.Connection) -> int:
-    async with db.execute("PRAGMA user_version") as cur:
-        row = await cur.fetchone()
+def user_version(db: sqlite3.Connection) -> int:
+    row = db.execute("PRAGMA user_version").fetchone()
     return int(row[0]) if row else 0
 
 
-async def migrate(db: aiosqlite.Connection, label: str, target: int = SCHEMA_VERSION) -> int:
+def migrate(db: sqlite3.Connection, label: str, target: int = SCHEMA_VERSION) -> int:
     """Bring the database up to `target`, one transaction for all steps; return the version.
 
     Refuses a database written by a newer Threadline. Safe against another process
     migrating the same file: the version is read again under the write lock.
     """
-    found = await user_version(db)
+    found = user_version(db)
     _refuse_newer(found, label)
     if found >= target:
         return found
-    await db.execute("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE")
     try:
-        found = await user_version(db)
+        found = user_version(db)
         _refuse_newer(found, label)
         for version in range(found + 1, target + 1):
             for statement in MIGRATIONS[version - 1]:
-                await db.execute(statement)
+                db.execute(statement)
             log.info("migrated %s to schema version %d", label, version)
         final = max(found, target)
-        await db.execute(f"PRAGMA user_version = {final:d}")
-        await db.execute("COMMIT")
+        db.execute(f"PRAGMA user_version = {final:d}")
+        db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
-            await db.rollback()
+            db.execute("ROLLBACK")
         raise
     return final
 

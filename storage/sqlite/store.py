@@ -13,11 +13,13 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from storage.base import SessionStore
 from storage.errors import StoreError
+from storage.live import LiveSessions
 from storage.models import (
     ChatActivity,
     Delivery,
@@ -35,6 +37,7 @@ from storage.sqlite import queries as q
 from storage.sqlite.connection import Db, SqliteConnection
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 _RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
@@ -51,6 +54,8 @@ class SqliteSessionStore(SessionStore):
         self._read = self._conn.read
         self._write = self._conn.write
         self._write_statement = self._conn.write_statement
+        self.stats = self._conn.stats
+        self._live = LiveSessions()
 
     @property
     def path(self) -> str:
@@ -112,27 +117,40 @@ class SqliteSessionStore(SessionStore):
 
     async def shutdown(self) -> None:
         await self._conn.close()
+        self._live.clear()
 
     # --- sessions and chains ---------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord | None:
-        return await self._read(lambda db: q.live_session(db, chat_key))
+        """From memory while this process knows the chat; else one read, remembered."""
+        known = self._live.get(chat_key)
+        if known is not None:
+            return known
+        found = await self._read(lambda db: q.live_session(db, chat_key))
+        if found is not None:
+            self._live.put(found)
+        return found
 
     async def create_root_session(self, chat_key: str, *, model: str | None,
                                   system_prompt: str | None,
                                   system_message: NewMessage | None = None) -> SessionRecord:
-        return await self._write(
-            lambda db: q.new_root(db, chat_key, model, system_prompt, system_message))
+        return await self._then(
+            None, lambda db: q.new_root(db, chat_key, model, system_prompt, system_message),
+            self._live.put)
 
     async def open_session(self, chat_key: str, *, model: str | None,
                            system_prompt: str | None,
                            system_message: NewMessage | None = None) -> SessionRecord:
         """The chat's live session; a new root only when there is none, in one transaction."""
-        async def work(db: Db) -> SessionRecord:
-            live = await q.live_session(db, chat_key)
+        known = self._live.get(chat_key)
+        if known is not None:
+            return known
+
+        def work(db: Db) -> SessionRecord:
+            live = q.live_session(db, chat_key)
             if live is not None:
                 return live
-            return await q.new_root(db, chat_key, model, system_prompt, system_message)
-        return await self._write(work)
+            return q.new_root(db, chat_key, model, system_prompt, system_message)
+        return await self._then(None, work, self._live.put)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return await self._read(lambda db: q.load_session(db, session_id))
@@ -141,10 +159,10 @@ class SqliteSessionStore(SessionStore):
         if reason == "compression":
             raise StoreError("a session ends by compression only through record_turn")
 
-        async def work(db: Db) -> None:
-            await q.end_reason_of(db, session_id)  # an unknown id is an error
-            await db.execute(q.END_SESSION, (reason, time.time(), session_id))
-        await self._write(work)
+        def work(db: Db) -> None:
+            q.end_reason_of(db, session_id)  # an unknown id is an error
+            db.execute(q.END_SESSION, (reason, time.time(), session_id))
+        await self._then(session_id, work, lambda _: self._live.forget(session_id))
 
     async def get_compression_tip(self, session_id: str) -> str:
         params = q.chain_params(session_id)
@@ -168,7 +186,9 @@ class SqliteSessionStore(SessionStore):
 
     async def save_engine_state(self, session_id: str, state: dict[str, Any],
                                 last_prompt_tokens: int | None = None) -> None:
-        await self._write(lambda db: q.save_state(db, session_id, state, last_prompt_tokens))
+        await self._then(session_id,
+                         lambda db: q.save_state(db, session_id, state, last_prompt_tokens),
+                         self._live.put)
 
     # --- messages --------------------------------------------------------------------
     async def load_history(self, session_id: str) -> list[StoredMessage]:
@@ -183,33 +203,53 @@ class SqliteSessionStore(SessionStore):
     async def append_messages(self, session_id: str,
                               messages: list[NewMessage]) -> list[StoredMessage]:
         """Append after the session's last seq; ContinuationConflict if it was continued."""
-        async def work(db: Db) -> list[StoredMessage]:
-            await q.require_open(db, session_id)
-            return await q.append(db, session_id, messages, time.time())
-        return await self._write(work)
+        def work(db: Db) -> list[StoredMessage]:
+            q.require_open(db, session_id)
+            return q.append(db, session_id, messages, time.time())
+        return await self._then(session_id, work,
+                                lambda stored: self._live.grew(session_id, len(stored)))
 
     async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
-        async def work(db: Db) -> SessionRecord:
+        def work(db: Db) -> SessionRecord:
             now = time.time()
             if turn.before or turn.after or turn.compaction is not None:
-                await q.require_open(db, session_id, continuing=turn.compaction is not None)
+                q.require_open(db, session_id, continuing=turn.compaction is not None)
             else:  # only the ledger, usage or engine state: fine on an ended session too
-                await q.end_reason_of(db, session_id)
-            before = await q.append(db, session_id, turn.before, now)
+                q.end_reason_of(db, session_id)
+            before = q.append(db, session_id, turn.before, now)
             live_id = session_id
             if turn.compaction is not None:
-                live_id = await continuation.continue_session(db, session_id, turn.compaction,
+                live_id = continuation.continue_session(db, session_id, turn.compaction,
                                                               now, len(before))
-            after = await q.append(db, live_id, turn.after, now)
+            after = q.append(db, live_id, turn.after, now)
             reply = (after or before or [None])[-1]
-            await q.set_reply(db, turn.replied, reply)
+            q.set_reply(db, turn.replied, reply)
             if turn.replied and reply is not None:
-                await q.insert_delivery(db, turn.replied[-1], reply, turn.delivery)
-            await q.mark_inbound(db, (), turn.failed)
+                q.insert_delivery(db, turn.replied[-1], reply, turn.delivery)
+            q.mark_inbound(db, (), turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
-            await q.insert_usage(db, session_id, turn.usage, now)
-            return await q.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
-        return await self._write(work)
+            q.insert_usage(db, session_id, turn.usage, now)
+            return q.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
+        def recorded(record: SessionRecord) -> None:
+            if record.id != session_id:
+                self._live.forget(session_id)  # continued: its child is the chat's now
+            self._live.put(record)
+        return await self._then(session_id, work, recorded)
+
+    async def _then(self, session_id: str | None, work: Callable[[Db], T],
+                    update: Callable[[T], None]) -> T:
+        """A write, and the live map updated from its result as soon as it committed,
+        also when the caller was cancelled meanwhile; after a failure what we remembered
+        of `session_id` is dropped (another process may have moved the chat on)."""
+        future = self._conn.submit(work, write=True)
+
+        def settled(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                update(done.result())
+            elif session_id is not None:
+                self._live.forget(session_id)
+        future.add_done_callback(settled)
+        return await asyncio.shield(future)
 
     async def search(self, query: str, chat_key: str | None = None,
                      limit: int = 50) -> list[SearchHit]:
@@ -242,12 +282,13 @@ class SqliteSessionStore(SessionStore):
         unanswered = [m if m.answered is not None else replace(m, answered=False)
                       for m in messages]
 
-        async def work(db: Db) -> list[StoredMessage]:
-            await q.require_open(db, session_id)
-            stored = await q.append(db, session_id, unanswered, time.time())
-            await q.take_inbound(db, inbound_ids, stored)
+        def work(db: Db) -> list[StoredMessage]:
+            q.require_open(db, session_id, live=True)  # new messages never go to an ended one
+            stored = q.append(db, session_id, unanswered, time.time())
+            q.take_inbound(db, inbound_ids, stored)
             return stored
-        return await self._write(work)
+        return await self._then(session_id, work,
+                                lambda stored: self._live.grew(session_id, len(stored)))
 
     async def find_inbound(self, platform: str, chat_id: str,
                            message_id: str) -> InboundRecord | None:
@@ -293,9 +334,10 @@ class SqliteSessionStore(SessionStore):
 
     # --- usage -----------------------------------------------------------------------
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None:
-        async def work(db: Db) -> None:
-            await q.end_reason_of(db, session_id)  # an unknown id is an error
-            await q.insert_usage(db, session_id, (usage,), time.time())
+        def work(db: Db) -> None:
+            q.end_reason_of(db, session_id)  # an unknown id is an error
+            q.insert_usage(db, session_id, (usage,), time.time())
+        self._live.forget(session_id)  # its usage totals change: read it again when asked
         await self._write(work)
 
     async def usage_totals(self, session_id: str) -> UsageTotals:

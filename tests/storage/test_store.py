@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import pytest
 
 from storage.errors import ContinuationConflict, StoreError
@@ -68,12 +68,12 @@ async def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> N
 async def test_older_database_is_migrated_and_its_messages_become_searchable(
         tmp_path: Path) -> None:
     path = tmp_path / "t.db"
-    async with aiosqlite.connect(path, isolation_level=None) as db:
-        assert await schema.migrate(db, str(path), target=1) == 1
-        await db.execute("INSERT INTO sessions (id, chat_key, kind, started_at)"
-                         " VALUES ('old', 'console:1', 'root', 1)")
-        await db.execute("INSERT INTO messages (session_id, seq, role, content, created_at)"
-                         " VALUES ('old', 0, 'user', 'the heron nests early', 1)")
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:
+        assert schema.migrate(db, str(path), target=1) == 1
+        db.execute("INSERT INTO sessions (id, chat_key, kind, started_at)"
+                   " VALUES ('old', 'console:1', 'root', 1)")
+        db.execute("INSERT INTO messages (session_id, seq, role, content, created_at)"
+                   " VALUES ('old', 0, 'user', 'the heron nests early', 1)")
     async with SqliteSessionStore(path) as store:
         hits = await store.search("heron")
     assert [(h.session_id, h.seq) for h in hits] == [("old", 0)]

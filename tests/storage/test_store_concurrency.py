@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import sys
@@ -96,8 +97,8 @@ async def test_a_cancelled_caller_does_not_cut_a_continuation_in_half(
         turn = asyncio.create_task(store.record_turn(parent.id, compacted_turn()))
         for _ in range(ticks):
             await asyncio.sleep(0)
-        turn.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        turn.cancel()  # the work runs in the store's thread: it may already be done
+        with contextlib.suppress(asyncio.CancelledError):
             await turn
         chain = await store.chain(parent.id)
         assert [s.live for s in chain] in ([True], [False, True])  # all or nothing

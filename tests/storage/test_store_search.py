@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import pytest
 
 from storage.errors import StoreError
@@ -134,12 +134,12 @@ async def test_attachments_are_found_by_their_text_and_never_by_their_file(tmp_p
     """Schema 7: a picture's caption, a document's text and a transcript are searchable;
     a database from schema 6 keeps its rows found, and the index stays consistent."""
     path = tmp_path / "t.db"
-    async with aiosqlite.connect(path, isolation_level=None) as db:
-        await schema.migrate(db, str(path), target=6)
-        await db.execute("INSERT INTO sessions (id, chat_key, kind, started_at)"
-                         " VALUES ('old', 'console:1', 'root', 1)")
-        await db.execute("INSERT INTO messages (session_id, seq, role, content, created_at)"
-                         " VALUES ('old', 0, 'user', 'the heron nests early', 1)")
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:
+        schema.migrate(db, str(path), target=6)
+        db.execute("INSERT INTO sessions (id, chat_key, kind, started_at)"
+                   " VALUES ('old', 'console:1', 'root', 1)")
+        db.execute("INSERT INTO messages (session_id, seq, role, content, created_at)"
+                   " VALUES ('old', 0, 'user', 'the heron nests early', 1)")
     part = {"type": "attachment", "kind": "file", "file": "ab/cd.txt", "name": "notes.txt",
             "text": "the spare key is under the KINGFISHER pot"}
     async with SqliteSessionStore(path) as store:
