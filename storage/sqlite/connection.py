@@ -1,13 +1,17 @@
-"""The store's one connection, owned by one thread that is also the single writer.
+"""The store's connection, driven by one task on the event loop: the single writer.
 
-The event loop hands the thread whole units of work (a store call is one function over
-the connection), so a call costs one trip to the thread however many statements it runs.
-The thread takes everything that queued while it was busy and runs it in order; from the
-first write on, the batch is ONE transaction, each write in its own savepoint, so one
-failing call rolls back alone while the others commit together (group commit). A caller hears
-of its write only after that COMMIT: a reply is never sent for a turn that is not on
-disk. A cancelled caller does not cut its work short: it runs, whole, or not at all.
-See docs/architecture.md, "The store's thread".
+Store calls queue up for that task; it takes everything that queued meanwhile and runs it
+in order, synchronously, on the loop's own thread (a statement costs microseconds; a hop
+to a worker thread costs more, and two threads fight over the GIL). From the first write
+on, a batch is ONE transaction, each write in its own savepoint, so one failing call rolls
+back alone while the others commit together (group commit). A caller hears of its write
+only after that COMMIT: a reply is never sent for a turn that is not on disk. A cancelled
+caller does not cut its work short: it runs, whole, or not at all.
+
+Nothing here blocks the loop for long: waiting for another process's lock is an
+asyncio sleep (busy_timeout is 0 on this connection), WAL checkpoints (the fsync) run
+in the reader thread, and so do large reads (`heavy`), on their own connection.
+See docs/architecture.md, "The store's writer".
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +40,7 @@ Work = Callable[[Db], T]
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 MAX_BATCH = 256  # calls committed together at most; the rest wait for the next batch
+CHECKPOINT_EVERY = 256  # commits between two WAL checkpoints
 
 
 @dataclass(eq=False)
@@ -64,14 +70,19 @@ class SqliteConnection:
         self.path = str(path)
         self.busy_timeout_ms = busy_timeout_ms
         self._lock_retries = lock_retries
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._closed: asyncio.Future[None] | None = None
+        self._db: Db | None = None
+        self._jobs: deque[_Job] = deque()
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._checkpointing = False
+        self._cancelled = False  # the writer was cancelled: the process is leaving
         self.stats = StoreStats()
 
     async def open(self) -> None:
         """Create the directory, open, set the pragmas and migrate; StoreError names the path."""
-        if self._thread is not None:
+        if self._db is not None:
             return
         if self.path != ":memory:":
             try:
@@ -81,11 +92,10 @@ class SqliteConnection:
                           if isinstance(exc, FileExistsError) else exc.strerror or str(exc))
                 raise StoreError(f"cannot create the directory for database {self.path}: "
                                  f"{reason}") from exc
-        db = await asyncio.to_thread(self._connect)
-        self._closed = asyncio.get_running_loop().create_future()
-        self._thread = threading.Thread(target=self._serve, args=(db, self._closed),
-                                        name=f"store {Path(self.path).name}", daemon=True)
-        self._thread.start()
+        self._db = await asyncio.to_thread(self._connect)
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="store-read")
+        self._wake = asyncio.Event()
+        self._writer = asyncio.create_task(self._serve(), name=f"store {self.path}")
 
     def _connect(self) -> Db:
         try:
@@ -95,6 +105,10 @@ class SqliteConnection:
         try:
             schema.configure(db, self.busy_timeout_ms)
             schema.migrate(db, self.path)
+            # On the loop's connection a lock is waited for by sleeping, not by blocking,
+            # and checkpoints (which fsync) are left to the reader thread.
+            db.execute("PRAGMA busy_timeout = 0")
+            db.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException as exc:
             db.close()
             if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
@@ -105,21 +119,39 @@ class SqliteConnection:
         return db
 
     async def close(self) -> None:
-        """Finish every call already handed over, optimize, close; the thread ends."""
-        thread, closed = self._thread, self._closed
-        if thread is None or closed is None:
+        """Finish every call already queued, checkpoint, optimize and close."""
+        db, writer, reader = self._db, self._writer, self._reader
+        if db is None or writer is None or reader is None:
             return
-        self._thread = None
-        self._jobs.put(None)
-        await asyncio.shield(closed)
+        self._writer = None
+        self._wake_writer()
+        if not writer.done():
+            await asyncio.wait([writer])
+        self._db = None
+        try:
+            schema.optimize(db)
+        except sqlite3.Error:
+            log.debug("PRAGMA optimize failed on %s", self.path, exc_info=True)
+        await asyncio.get_running_loop().run_in_executor(reader, self._close_reader)
+        reader.shutdown()
+        db.close()  # the last connection to close checkpoints the WAL into the file
 
     def plain(self) -> sqlite3.Connection:
         """A separate blocking connection to the same file, for a worker thread."""
         return sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000)
 
-    async def read(self, work: Work[T]) -> T:
-        """Run `work` on the thread, outside any transaction (WAL: a consistent snapshot)."""
-        return await self._submit(work, write=False)
+    async def read(self, work: Work[T], *, heavy: bool = False) -> T:
+        """Run `work` outside any transaction, after every call queued before it.
+
+        `heavy` reads (whole histories, searches, sums over many rows) run in the reader
+        thread on their own connection, so they never hold up the loop.
+        """
+        if not heavy or self.path == ":memory:":  # a second connection would see another db
+            return await self._submit(work, write=False)
+        await self._submit(_nothing, write=False)  # what was queued before is done
+        assert self._reader is not None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reader, self._read_in_thread, work)
 
     async def write(self, work: Work[T], single: bool = False) -> T:
         """Run `work` in a transaction (shared with other calls queued at the same time).
@@ -134,43 +166,78 @@ class SqliteConnection:
         return await self.write(lambda db: db.execute(sql, params).fetchone())
 
     def submit(self, work: Callable[[Db], Any], *, write: bool) -> asyncio.Future[Any]:
-        """Hand `work` to the thread; the future is settled after it ran (and committed)."""
+        """Queue `work`; the future is settled after it ran (and committed)."""
         return self._submit(work, write=write)
 
     def _submit(self, work: Callable[[Db], Any], *, write: bool) -> asyncio.Future[Any]:
-        if self._thread is None:
+        if self._writer is None or self._db is None:
             raise StoreError(f"store {self.path} is not open: call initialize() first")
-        future = asyncio.get_running_loop().create_future()
-        self._jobs.put(_Job(work, write, future))
-        return future
+        job = _Job(work, write, asyncio.get_running_loop().create_future())
+        if self._cancelled:  # no writer any more (the process is leaving): run it now
+            self._finish_now(self._db, [job])
+        else:
+            self._jobs.append(job)
+            self._wake_writer()
+        return job.future
 
-    # --- the thread --------------------------------------------------------------------
-    def _serve(self, db: Db, closed: asyncio.Future[None]) -> None:
-        stop = False
-        while not stop:
-            batch: list[_Job] = []
-            job = self._jobs.get()
-            while job is not None:
-                batch.append(job)
-                if len(batch) >= MAX_BATCH:
-                    break
+    def _wake_writer(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # --- the writer task ---------------------------------------------------------------
+    async def _serve(self) -> None:
+        assert self._wake is not None and self._db is not None
+        db, jobs, wake = self._db, self._jobs, self._wake
+        batch: list[_Job] = []
+        try:
+            while True:
+                if not jobs:
+                    if self._writer is None:
+                        return  # closing, and nothing is left
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                batch = [jobs.popleft() for _ in range(min(len(jobs), MAX_BATCH))]
                 try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-            stop = job is None
-            self._run_batch(db, batch)
-        try:
-            schema.optimize(db)
-        except sqlite3.Error:
-            log.debug("PRAGMA optimize failed on %s", self.path, exc_info=True)
-        db.close()
-        try:
-            closed.get_loop().call_soon_threadsafe(_resolve, closed)
-        except RuntimeError:  # the loop that opened the store is gone
-            log.debug("store %s closed after its event loop", self.path)
+                    await self._run_batch(db, batch)
+                except Exception as exc:  # noqa: BLE001 - never let the writer die
+                    log.exception("store %s: a batch failed unexpectedly", self.path)
+                    for job in batch:
+                        if job.error is None and not job.future.done():
+                            job.error = exc
+                _settle(batch)
+                batch = []
+                await asyncio.sleep(0)  # let the answered callers run before the next batch
+        except asyncio.CancelledError:
+            # The process is leaving without a clean close (a second stop signal): what
+            # was handed over still runs, once, and every caller hears how it went; later
+            # calls run at once (`_submit`), so shutdown can still say it stopped.
+            self._cancelled = True
+            self._finish_now(db, [*batch, *jobs])
+            jobs.clear()
+            raise
 
-    def _run_batch(self, db: Db, batch: list[_Job]) -> None:
+    def _finish_now(self, db: Db, jobs: list[_Job]) -> None:
+        """Run `jobs` at once, without waiting for another process's lock, and answer."""
+        for job in jobs:
+            job.result, job.error = None, None
+        first_write = next((i for i, job in enumerate(jobs) if job.write), len(jobs))
+        for job in jobs[:first_write]:
+            self._read_now(db, job)
+        group = jobs[first_write:]
+        try:
+            _rollback(db)
+            if group:
+                db.execute("BEGIN IMMEDIATE")
+                if self._run_in_savepoints(db, group) is not None:
+                    raise sqlite3.OperationalError("the transaction was rolled back")
+                db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(db)
+            self._fail_writes(db, group, exc)
+        _settle(jobs)
+
+    async def _run_batch(self, db: Db, batch: list[_Job]) -> None:
         stats = self.stats
         stats.calls += len(batch)
         stats.batches += 1
@@ -180,21 +247,14 @@ class SqliteConnection:
         group = batch[first_write:]
         if group:
             try:
-                self._commit_group(db, group)
+                await self._commit_group(db, group)
             except sqlite3.Error as exc:  # a savepoint or rollback itself failed
                 _rollback(db)
                 self._fail_writes(db, group, exc)
+            self._maybe_checkpoint()
         writes = sum(job.write for job in batch)
         stats.by_kind["write"] += writes
         stats.by_kind["read"] += len(batch) - writes
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
-        for job in batch:
-            by_loop.setdefault(job.future.get_loop(), []).append(job)
-        for loop, jobs in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_settle, jobs)
-            except RuntimeError:  # that loop is closed: nobody is waiting any more
-                log.debug("store %s: a caller's event loop closed before its answer", self.path)
 
     def _read_now(self, db: Db, job: _Job) -> None:
         job.result, job.error = None, None
@@ -205,23 +265,37 @@ class SqliteConnection:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
             job.error = exc
 
-    def _commit_group(self, db: Db, jobs: list[_Job]) -> None:
+    async def _begin(self, db: Db) -> None:
+        """BEGIN IMMEDIATE, sleeping (not blocking) while another process holds the file:
+        up to busy_timeout_ms per attempt, `lock_retries` attempts."""
+        for attempt in range(1, self._lock_retries + 1):
+            deadline = time.monotonic() + self.busy_timeout_ms / 1000
+            pause = 0.001
+            while True:
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc):
+                        raise
+                    if time.monotonic() >= deadline:
+                        if attempt == self._lock_retries:
+                            raise
+                        log.warning("store %s is busy (attempt %d): retrying",
+                                    self.path, attempt)
+                        break
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.05)
+
+    async def _commit_group(self, db: Db, jobs: list[_Job]) -> None:
         """The jobs, in the order they came, in one transaction: reads among them see the
         writes before them, as they would have one call at a time, and are answered only
-        after the COMMIT. Retried whole while another process holds the file; a job whose
-        error lost the whole transaction fails alone and the others run again."""
+        after the COMMIT. A job whose error lost the whole transaction fails alone and
+        the others run again."""
         pending = list(jobs)
-        attempt = 0
         while pending:
-            attempt += 1
             try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc) and attempt < self._lock_retries:
-                    log.warning("store %s is busy (attempt %d): retrying", self.path, attempt)
-                    time.sleep(0.05 * attempt)
-                    continue
-                return self._fail_writes(db, pending, exc)
+                await self._begin(db)
             except sqlite3.Error as exc:
                 return self._fail_writes(db, pending, exc)
             lost = self._run_in_savepoints(db, pending)
@@ -232,10 +306,6 @@ class SqliteConnection:
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 _rollback(db)
-                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc) \
-                        and attempt < self._lock_retries:
-                    time.sleep(0.05 * attempt)
-                    continue
                 return self._fail_writes(db, pending, exc)
             writes = sum(job.write for job in pending)
             self.stats.commits += 1
@@ -274,6 +344,40 @@ class SqliteConnection:
             else:
                 self._read_now(db, job)
 
+    # --- the reader thread -----------------------------------------------------------
+    def _read_in_thread(self, work: Work[T]) -> T:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = self.plain()
+        try:
+            return work(db)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    def _close_reader(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            self._local.db = None
+            db.close()
+
+    def _maybe_checkpoint(self) -> None:
+        """Every CHECKPOINT_EVERY commits, copy the WAL back into the file (PASSIVE: never
+        waits for anyone) in the reader thread, one checkpoint at a time."""
+        if (self._checkpointing or self.stats.commits % CHECKPOINT_EVERY
+                or self._reader is None or self.path == ":memory:"):
+            return
+        self._checkpointing = True
+        done = asyncio.get_running_loop().run_in_executor(self._reader, self._checkpoint)
+        done.add_done_callback(self._checkpointed)
+
+    def _checkpoint(self) -> None:
+        self._read_in_thread(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpointing = False
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("store %s: checkpoint failed: %s", self.path, done.exception())
+
     def _error(self, exc: sqlite3.Error) -> StoreError:
         store_error = StoreError(f"store {self.path}: {exc}")
         store_error.__cause__ = exc
@@ -290,9 +394,8 @@ def _settle(jobs: list[_Job]) -> None:
             job.future.set_result(job.result)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _nothing(db: Db) -> None:
+    return None
 
 
 def _rollback(db: Db) -> None:

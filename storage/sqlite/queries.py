@@ -33,29 +33,39 @@ MAX_CHAIN_DEPTH = 10_000
 
 # --- compression walks -------------------------------------------------------------------
 # A step follows a kind='compression' child of a session that ended with
-# end_reason='compression'. UNION plus the depth bound make even a corrupt cycle terminate.
+# end_reason='compression'; the depth bound makes even a corrupt cycle terminate. The step
+# is two index lookups written as scalar subqueries, not joins: for a join SQLite builds a
+# Bloom filter over the whole table at every step, which made each step cost O(sessions).
+# The last row of a walk has id NULL (no further step); readers skip it.
 _DOWN = """down(id, depth) AS (
     SELECT id, 0 FROM start
-    UNION
-    SELECT c.id, down.depth + 1 FROM down
-    JOIN sessions AS p ON p.id = down.id AND p.end_reason = 'compression'
-    JOIN sessions AS c ON c.parent_session_id = p.id AND c.kind = 'compression'
-    WHERE down.depth < :max_depth)"""
+    UNION ALL
+    SELECT (SELECT c.id FROM sessions AS c
+            WHERE c.parent_session_id = down.id AND c.kind = 'compression'
+              AND (SELECT p.end_reason FROM sessions AS p WHERE p.id = down.id)
+                  = 'compression'),
+           down.depth + 1
+    FROM down WHERE down.id IS NOT NULL AND down.depth < :max_depth)"""
 _UP = """up(id, depth) AS (
     SELECT :sid, 0
-    UNION
-    SELECT p.id, up.depth + 1 FROM up
-    JOIN sessions AS s ON s.id = up.id AND s.kind = 'compression'
-    JOIN sessions AS p ON p.id = s.parent_session_id AND p.end_reason = 'compression'
-    WHERE up.depth < :max_depth)"""
+    UNION ALL
+    SELECT (SELECT s.parent_session_id FROM sessions AS s
+            WHERE s.id = up.id AND s.kind = 'compression'
+              AND (SELECT p.end_reason FROM sessions AS p WHERE p.id = s.parent_session_id)
+                  = 'compression'),
+           up.depth + 1
+    FROM up WHERE up.id IS NOT NULL AND up.depth < :max_depth)"""
 # Prefix defining `tip(id, depth)`, the deepest step from a seed query (format `start`).
 _TIP = ("WITH RECURSIVE start(id) AS ({start}), " + _DOWN
-        + ", tip(id, depth) AS (SELECT id, depth FROM down ORDER BY depth DESC LIMIT 1) ")
+        + ", tip(id, depth) AS (SELECT id, depth FROM down WHERE id IS NOT NULL"
+        " ORDER BY depth DESC LIMIT 1) ")
 # The tip from a seed query (format `start`): yields (id, depth) of the deepest step.
 TIP_FROM = _TIP + "SELECT id, depth FROM tip"
 # Prefix defining `chain(id, depth)`: every session of the chain holding :sid, root first.
-CHAIN = (f"WITH RECURSIVE {_UP}, start(id) AS (SELECT id FROM up ORDER BY depth DESC LIMIT 1),"
-         f" {_DOWN}, chain(id, depth) AS (SELECT id, MIN(depth) FROM down GROUP BY id) ")
+CHAIN = (f"WITH RECURSIVE {_UP}, start(id) AS (SELECT id FROM up WHERE id IS NOT NULL"
+         " ORDER BY depth DESC LIMIT 1),"
+         f" {_DOWN}, chain(id, depth) AS (SELECT id, MIN(depth) FROM down WHERE id IS NOT NULL"
+         " GROUP BY id) ")
 
 # The chat's current session, followed to its compression tip, as a session row.
 LIVE_SESSION = (_TIP.format(start="SELECT session_id FROM chats WHERE chat_key = :key")

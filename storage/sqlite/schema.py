@@ -193,9 +193,25 @@ _V7_ATTACHMENT_SEARCH = (
     *_fts_triggers(_TEXT_OF_V7),
 )
 
+# Schema 8: what a turn's writes look up, found through an index at any size. A delivered
+# reply finds its inbound rows by reply_row_id (was a scan of the whole ledger), and
+# marking a message answered checks its own session's end_reason (was a list of every
+# live session, built each time).
+_V8_TURN_INDEXES = (
+    "CREATE INDEX inbound_by_reply ON inbound(reply_row_id) WHERE reply_row_id IS NOT NULL",
+    "DROP TRIGGER inbound_answered",
+    """CREATE TRIGGER inbound_answered AFTER UPDATE OF status ON inbound
+        WHEN new.status = 'answered' AND old.status <> 'answered'
+        BEGIN
+            UPDATE messages SET answered = 1 WHERE id = new.message_row_id
+                AND (SELECT s.end_reason FROM sessions AS s
+                     WHERE s.id = messages.session_id) IS NULL;
+        END""",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
                                            _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY,
-                                           _V7_ATTACHMENT_SEARCH)
+                                           _V7_ATTACHMENT_SEARCH, _V8_TURN_INDEXES)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from storage.base import SessionStore
 from storage.errors import StoreError
-from storage.live import LiveSessions
+from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
     ChatActivity,
     Delivery,
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+LIGHT_HISTORY = 500  # messages a history may have to be read on the loop itself
 _RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
 
 
@@ -47,7 +48,7 @@ class SqliteSessionStore(SessionStore):
     """The embedded store: `async with SqliteSessionStore(path) as store: ...`."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
-                 lock_retries: int = 5) -> None:
+                 lock_retries: int = 5, max_live_chats: int = MAX_CHATS) -> None:
         self._conn = SqliteConnection(path, busy_timeout_ms=busy_timeout_ms,
                                       lock_retries=lock_retries)
         self._path = self._conn.path
@@ -55,7 +56,7 @@ class SqliteSessionStore(SessionStore):
         self._write = self._conn.write
         self._write_statement = self._conn.write_statement
         self.stats = self._conn.stats
-        self._live = LiveSessions()
+        self._live = LiveSessions(max_live_chats)
 
     @property
     def path(self) -> str:
@@ -175,14 +176,14 @@ class SqliteSessionStore(SessionStore):
     async def chain(self, session_id: str) -> list[SessionRecord]:
         params = q.chain_params(session_id)
         return await self._read(
-            lambda db: q.fetch_all(db, q.CHAIN_SESSIONS, params, rows.session_record))
+            lambda db: q.fetch_all(db, q.CHAIN_SESSIONS, params, rows.session_record), heavy=True)
 
     async def list_sessions(self, chat_key: str | None = None,
                             limit: int = 200) -> list[SessionRecord]:
         """Newest first, with message count and the session's own usage totals."""
         params = {"key": chat_key, "limit": limit}
         return await self._read(
-            lambda db: q.fetch_all(db, q.SESSION_BY_CHAT, params, rows.session_record))
+            lambda db: q.fetch_all(db, q.SESSION_BY_CHAT, params, rows.session_record), heavy=True)
 
     async def save_engine_state(self, session_id: str, state: dict[str, Any],
                                 last_prompt_tokens: int | None = None) -> None:
@@ -192,8 +193,12 @@ class SqliteSessionStore(SessionStore):
 
     # --- messages --------------------------------------------------------------------
     async def load_history(self, session_id: str) -> list[StoredMessage]:
+        """On the loop when the session is known to be short; else in the reader thread."""
+        known = self._live.of(session_id)
+        heavy = known is None or known.message_count > LIGHT_HISTORY
         return await self._read(
-            lambda db: q.fetch_all(db, q.HISTORY, (session_id,), rows.stored_message))
+            lambda db: q.fetch_all(db, q.HISTORY, (session_id,), rows.stored_message),
+            heavy=heavy)
 
     async def message(self, row_id: int) -> StoredMessage | None:
         found = await self._read(
@@ -230,11 +235,8 @@ class SqliteSessionStore(SessionStore):
             # A turn's usage is booked on the session it started in; totals are chain-wide.
             q.insert_usage(db, session_id, turn.usage, now)
             return q.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
-        def recorded(record: SessionRecord) -> None:
-            if record.id != session_id:
-                self._live.forget(session_id)  # continued: its child is the chat's now
-            self._live.put(record)
-        return await self._then(session_id, work, recorded)
+        # A continuation's record replaces its parent as the chat's live session.
+        return await self._then(session_id, work, self._live.put)
 
     async def _then(self, session_id: str | None, work: Callable[[Db], T],
                     update: Callable[[T], None]) -> T:
@@ -258,7 +260,8 @@ class SqliteSessionStore(SessionStore):
             return []
         params = {"match": match, "key": chat_key, "limit": limit}
         try:
-            return await self._read(lambda db: q.fetch_all(db, q.SEARCH, params, rows.search_hit))
+            return await self._read(
+                lambda db: q.fetch_all(db, q.SEARCH, params, rows.search_hit), heavy=True)
         except StoreError as exc:
             raise StoreError(f"search for {query!r} failed: {exc.__cause__ or exc}") from exc
 
@@ -313,7 +316,7 @@ class SqliteSessionStore(SessionStore):
 
     async def open_inbound(self) -> list[InboundRecord]:
         return await self._read(
-            lambda db: q.fetch_all(db, q.OPEN_INBOUND, (), rows.inbound_record))
+            lambda db: q.fetch_all(db, q.OPEN_INBOUND, (), rows.inbound_record), heavy=True)
 
     # --- deliveries ------------------------------------------------------------------
     async def deliveries(self, inbound_id: int) -> list[Delivery]:
@@ -342,22 +345,24 @@ class SqliteSessionStore(SessionStore):
 
     async def usage_totals(self, session_id: str) -> UsageTotals:
         params = q.chain_params(session_id)
-        row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params))
+        row = await self._read(lambda db: q.fetch_one(db, q.USAGE_TOTALS, params), heavy=True)
         return rows.usage_totals(row)
 
     async def usage_by_model(self, session_id: str) -> dict[str, UsageTotals]:
         params = q.chain_params(session_id)
         return dict(await self._read(lambda db: q.fetch_all(
-            db, q.USAGE_BY_MODEL, params, lambda r: (r[0], rows.usage_totals(r[1:])))))
+            db, q.USAGE_BY_MODEL, params, lambda r: (r[0], rows.usage_totals(r[1:]))), heavy=True))
 
     async def usage_by_session(self, session_ids: list[str]) -> dict[str, UsageTotals]:
         ids = json.dumps(list(session_ids))
         return dict(await self._read(lambda db: q.fetch_all(
-            db, q.USAGE_BY_SESSION, (ids,), lambda r: (r[0], rows.usage_totals(r[1:])))))
+            db, q.USAGE_BY_SESSION, (ids,), lambda r: (r[0], rows.usage_totals(r[1:]))),
+            heavy=True))
 
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         return await self._read(lambda db: q.fetch_all(
-            db, q.CHAT_ACTIVITY, (chat_key,), lambda r: ChatActivity(r[0], r[1], float(r[2]))))
+            db, q.CHAT_ACTIVITY, (chat_key,), lambda r: ChatActivity(r[0], r[1], float(r[2]))),
+            heavy=True)
 
     # --- settings --------------------------------------------------------------------
     async def get_setting(self, key: str) -> str | None:
