@@ -120,12 +120,15 @@ class Gateway:
         try:
             await adapter.initialize()
             await self._register_commands(adapter)
+            # What the last run left open is read before anything new can arrive: a
+            # message received once the adapter runs is routed live, never recovered too.
+            left_open = [r for r in await self.store.open_inbound() if r.platform == adapter.name]
             await adapter.start()
         except Exception as exc:
             log.error("%s: cannot connect: %s", adapter.name, plain_error(exc))
             return False
         self._started.append(adapter)
-        await self._recover(adapter.name)
+        await self._recover(left_open)
         return True
 
     async def _register_commands(self, adapter: PlatformAdapter) -> None:
@@ -294,13 +297,12 @@ class Gateway:
                                       chat=self.router.running(msg.chat_key))
 
     # --- recovery ---------------------------------------------------------------------------
-    async def _recover(self, platform: str) -> None:
+    async def _recover(self, rows: list[InboundRecord]) -> None:
         """Finish what was stored but never answered or delivered before a stop or crash.
 
         Stored replies the platform never took are sent (their missing chunks); messages
         are answered again; commands run again as commands, never as text for the model.
         """
-        rows = [r for r in await self.store.open_inbound() if r.platform == platform]
         for chat_key, job in recovery_jobs(rows):
             if isinstance(job, tuple):  # a pending inbound message: route it like new
                 msg, record = job

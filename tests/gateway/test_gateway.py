@@ -73,6 +73,19 @@ async def test_different_chats_run_concurrently(tmp_path, fake_openai, platform)
     assert elapsed < 1.1, f"two chats took {elapsed:.2f}s: they ran one after the other"
 
 
+async def test_a_message_arriving_as_the_adapter_starts_is_answered_once(
+        tmp_path, fake_openai, platform):
+    platform.on_start = ["early"]  # read while the gateway looks for last run's leftovers
+    gw = await started_gateway(config_for(tmp_path, fake_openai.base_url), [platform])
+    try:
+        await platform.wait_delivered(1)
+        await asyncio.sleep(0.3)
+        assert platform.texts() == ["echo: early"]
+        assert len(fake_openai.calls_to("/chat/completions")) == 1
+    finally:
+        await close(gw)
+
+
 async def test_messages_queued_behind_a_turn_are_answered_together(tmp_path, fake_openai,
                                                                    platform):
     config = config_for(tmp_path, fake_openai.base_url, gateway={"coalesce_ms": 200})

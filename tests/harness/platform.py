@@ -40,7 +40,8 @@ class _RecordingAdapter(PlatformAdapter):
         self.max_message_length = recorder.max_message_length
 
     async def start(self) -> None:
-        return None
+        for text in self.recorder.on_start:  # like piped input, there the moment we run
+            await self.recorder.say(text)
 
     async def stop(self) -> None:
         return None
@@ -81,6 +82,7 @@ class RecordingPlatform:
         self.menu: list[tuple[str, str]] = []  # what register_commands announced
         self.files: dict[str, bytes] = {}  # what attachments download, by ref
         self.downloads: list[str] = []  # refs the gateway fetched, in order
+        self.on_start: list[str] = []  # messages that arrive as the adapter starts
         self.adapter: _RecordingAdapter | None = None
         self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
