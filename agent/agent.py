@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -316,7 +317,19 @@ class Agent:
 
 
 def accepts_keyword(function: Any, name: str) -> bool:
-    """Whether `function` can take keyword `name` (declared, or through **kwargs)."""
+    """Whether `function` can take keyword `name` (declared, or through **kwargs).
+
+    Asked once per agent of a bound method: answered once per underlying function,
+    since reading a signature costs more than building the rest of an agent.
+    """
+    underlying = getattr(function, "__func__", None)
+    if underlying is not None:
+        return _takes_keyword(underlying, name)
+    return _takes_keyword.__wrapped__(function, name)
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_keyword(function: Any, name: str) -> bool:
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
