@@ -43,7 +43,16 @@ systemd-analyze:
 	  echo "warning: could not install systemd; the unit-file test will fail"; \
 	}
 
-bench: $(DEV_STAMP)
+# The reference design for bench/sidebyside: Hermes Agent in its own venv, never a dependency.
+HERMES_VENV  := .bench-hermes
+HERMES_STAMP := $(HERMES_VENV)/.installed
+
+$(HERMES_STAMP):
+	$(PYTHON) -m venv $(HERMES_VENV) && \
+	  $(HERMES_VENV)/bin/pip install --quiet hermes-agent==0.19.0 anthropic
+	touch $@
+
+bench: $(DEV_STAMP) $(HERMES_STAMP)
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/compress.py
 	$(BIN)/python bench/store.py
@@ -53,6 +62,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/streaming.py
 	$(BIN)/python bench/attachments.py
 	$(BIN)/python bench/trajectories.py
+	HERMES_PY=$(HERMES_VENV)/bin/python $(BIN)/python bench/sidebyside/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(HERMES_VENV) .pytest_cache .ruff_cache
