@@ -2,13 +2,16 @@
 
     python bench/store.py
 
-Prints the median `get_compression_tip` time at chain depth 1, 10 and 100, the median time
-to load a 10,000-message tip history, and append throughput, single and batched.
+Prints the median `get_compression_tip` time at chain depth 1, 10 and 100, resolving a
+chat to its live session (from memory, and from the file), whether the tip walk's plan
+uses the parent-link index, the median time to load a 10,000-message history, and append
+and turn throughput: one call at a time, and 100 chats at once (group commit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -20,10 +23,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage.models import Compaction, NewMessage, TurnRecord, UsageRecord  # noqa: E402
-from storage.sqlite import SqliteSessionStore  # noqa: E402
+from storage.sqlite import SqliteSessionStore, queries  # noqa: E402
 
 CHAIN_DEPTH = 100
 HISTORY = 10_000
+LIVE_TARGET_US = 20  # issue 17: resolving a known chat
+PARENT_INDEX = "sessions_one_continuation"  # the partial unique index on parent_session_id
 
 
 def message(i: int) -> NewMessage:
@@ -66,8 +71,17 @@ async def bench_tip(store: SqliteSessionStore) -> list[tuple[str, str]]:
         assert await store.get_compression_tip(start) == ids[-1]
         ms = await median_ms(lambda s=start: store.get_compression_tip(s), 300)
         rows.append((f"get_compression_tip, depth {depth}", f"{ms:.3f} ms (median)"))
-    ms = await median_ms(lambda: store.live_session("bench:chain"), 300)
-    rows.append(("live_session (chats -> tip -> record)", f"{ms:.3f} ms (median)"))
+    known = await median_ms(lambda: store.live_session("bench:chain"), 2000) * 1000
+    rows.append(("live_session, chat known here (memory)", f"{known:.2f} µs (median)"))
+    async with SqliteSessionStore(store.path, max_live_chats=0) as other:  # never remembers
+        read = await median_ms(lambda: other.live_session("bench:chain"), 300) * 1000
+    rows.append(("live_session, chat not known (one read)", f"{read:.1f} µs (median)"))
+    rows.append(("  target: known chat <= 20 µs", f"{LIVE_TARGET_US / known:.0f}x within"))
+    with sqlite3.connect(store.path) as db:
+        plan = " ".join(str(row[-1]) for row in db.execute(
+            "EXPLAIN QUERY PLAN " + queries.TIP, queries.chain_params(ids[0])))
+    rows.append(("tip walk uses the parent-link index", "yes" if PARENT_INDEX in plan else
+                 f"NO: {plan}"))
     ms = await median_ms(lambda: store.usage_totals(ids[-1]), 100)
     rows.append((f"usage_totals over {CHAIN_DEPTH + 1} sessions", f"{ms:.3f} ms (median)"))
     return rows
@@ -95,13 +109,32 @@ async def bench_appends(store: SqliteSessionStore) -> list[tuple[str, str]]:
             usage=(UsageRecord("m", "chat", input_tokens=1000, output_tokens=50),), last_prompt_tokens=1000))
     turn_rate = turns / (time.perf_counter() - started)
 
+    together = await group_commit(store)
     history_ms = await median_ms(lambda: store.load_history(batched.id), 7)
     return [
         ("append, 1 message per call", f"{single_rate:,.0f} msg/s"),
         ("append, 500 messages per call", f"{batch_rate:,.0f} msg/s"),
         ("record_turn (3 messages + usage)", f"{turn_rate:,.0f} turns/s"),
+        ("record_turn, 100 chats at once (group commit)", together),
         (f"load_history, {HISTORY:,} messages", f"{history_ms:.1f} ms (median)"),
     ]
+
+
+async def group_commit(store: SqliteSessionStore) -> str:
+    """100 chats each record a turn at the same moment, 20 times over: turns/s, and how
+    many writes each COMMIT carried."""
+    sessions = [await store.create_root_session(f"bench:group:{n}", model="m",
+                                                system_prompt="s") for n in range(100)]
+    commits, writes = store.stats.commits, store.stats.committed_writes
+    started = time.perf_counter()
+    for i in range(20):
+        await asyncio.gather(*(store.record_turn(s.id, TurnRecord(
+            before=(message(i * 4), message(i * 4 + 2)),
+            usage=(UsageRecord("m", "chat", input_tokens=1000, output_tokens=50),)))
+            for s in sessions))
+    rate = 2000 / (time.perf_counter() - started)
+    per_commit = (store.stats.committed_writes - writes) / (store.stats.commits - commits)
+    return f"{rate:,.0f} turns/s, {per_commit:.0f} writes per commit"
 
 
 async def main() -> None:
