@@ -84,6 +84,6 @@ def configure_logging(config: Config, *, quiet: bool = False) -> RedactingFilter
     root.addHandler(handler)
     level = logging.getLevelName(config.logging.level)
     root.setLevel(max(level, logging.WARNING) if quiet else level)
-    for noisy in ("httpx", "httpx2", "httpcore", "openai", "anthropic", "aiosqlite", "apscheduler"):
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "anthropic", "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return redactor

@@ -1,4 +1,4 @@
-"""SessionStore on SQLite through aiosqlite: one connection, WAL, serialized write transactions.
+"""SessionStore on SQLite: one connection driven by a single writer task, WAL, group commit.
 
 Several processes may open the same file (the CLI while the gateway runs), so every rule
 that matters is enforced by SQL: BEGIN IMMEDIATE transactions that re-check state, UNIQUE

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
+from contextlib import closing
 
-import aiosqlite
 import pytest
 
 from platforms.base import Attachment
@@ -107,9 +108,9 @@ async def test_messages_queued_behind_a_turn_are_answered_together(tmp_path, fak
 
 
 async def unanswered_rows(db: str) -> list[tuple[str, int]]:
-    async with aiosqlite.connect(db) as conn:
-        rows = await conn.execute_fetchall(
-            "SELECT content, answered FROM messages WHERE role='user' ORDER BY id")
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT content, answered FROM messages WHERE role='user' ORDER BY id").fetchall()
     return [(r[0], r[1]) for r in rows]
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
+from contextlib import closing
 
-import aiosqlite
 import pytest
 
 from gateway.turn_records import new_message
@@ -27,8 +28,8 @@ def db_of(tmp_path) -> str:
 
 
 async def rows(db: str, sql: str, *params) -> list[tuple]:
-    async with aiosqlite.connect(db) as conn:
-        return [tuple(r) for r in await conn.execute_fetchall(sql, params)]
+    with closing(sqlite3.connect(db)) as conn:
+        return [tuple(r) for r in conn.execute(sql, params)]
 
 
 def chat_calls(fake) -> list:
@@ -80,25 +81,25 @@ async def test_a_stop_that_arrives_during_the_final_write_loses(tmp_path, fake_o
     fake_openai.responder = slow_reply
     platform = RecordingPlatform()
     gw = await started_gateway(config_for(tmp_path, fake_openai.base_url), [platform])
-    blocker = await aiosqlite.connect(db, isolation_level=None)
+    blocker = sqlite3.connect(db, isolation_level=None)  # another process's connection
     try:
         await platform.say("question", message_id="10")
         await fake_openai.wait_for_call("/chat/completions")
         # Another writer holds the file: /stop's own ledger write waits, and the reply's
         # final write queues right behind it, so the stop lands while that write runs.
-        await blocker.execute("BEGIN IMMEDIATE")
+        blocker.execute("BEGIN IMMEDIATE")
         stop = asyncio.create_task(platform.say("/stop", message_id="11"))
         await asyncio.sleep(0.2)
         release.set()
         await asyncio.sleep(0.3)
-        await blocker.execute("COMMIT")
+        blocker.execute("COMMIT")
         await stop
         await platform.wait_delivered(2)
         await asyncio.sleep(0.2)
         stored = [m.message.get("content") for m in
                   await gw.store.load_history((await gw.store.live_session(CHAT)).id)]
     finally:
-        await blocker.close()
+        blocker.close()
         await close(gw)
     texts = platform.texts()
     stopped = any(t.startswith("Stopped") for t in texts)
