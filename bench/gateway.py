@@ -2,7 +2,10 @@
 
 Runs 1, 100 and 1,000 chats at once, each sending its messages one after another (the
 next only after the previous reply), through the real gateway, router, SQLite store and
-context engine. Prints turns/s and the p50/p99 time from hand-off to reply delivered.
+context engine. Prints turns/s, the p50/p99 time from hand-off to reply delivered, the
+store calls a turn made and the writes each COMMIT carried (group commit), then each of
+issue 17's targets as a ratio. 1,000 chats run twice: 2 turns each (half of them a new
+chat's first), then 6 (mostly chats the process knows).
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ from gateway.app import Gateway  # noqa: E402
 from gateway.auth import Authorizer  # noqa: E402
 from gateway.config import load_config  # noqa: E402
 from gateway.conversations import Conversations  # noqa: E402
+from gateway.service import tune_collector  # noqa: E402
 from platforms.base import ChatRef, Chunk, Handler, InboundMessage, PlatformAdapter  # noqa: E402
 from storage.sqlite import SqliteSessionStore  # noqa: E402
+
+# Issue 17's targets; every figure printed is measured in the run.
+TARGET_P50_MS = 2.0
+TARGET_TURNS_S = 1_000
+TARGET_CALLS = 6
 
 
 class InstantProvider(Provider):
@@ -87,6 +96,7 @@ async def build(tmp: Path) -> tuple[Gateway, BenchPlatform]:
                       coalesce_ms=config.gateway.coalesce_ms)
     await gateway.initialize()
     await gateway.start()
+    tune_collector()  # as `threadline run` does once started
     platform = gateway.adapters["bench"]
     assert isinstance(platform, BenchPlatform)
     return gateway, platform
@@ -101,23 +111,40 @@ async def run(chats: int, turns_per_chat: int) -> dict[str, float]:
             for n in range(turns_per_chat):
                 latencies.append(await platform.turn(str(i), n))
 
+        store = gateway.store
+        assert isinstance(store, SqliteSessionStore)
+        calls, commits = store.stats.calls, store.stats.commits
         started = time.perf_counter()
         await asyncio.gather(*(one_chat(i) for i in range(chats)))
         elapsed = time.perf_counter() - started
+        await asyncio.sleep(0.05)  # the last deliveries' writes
+        calls, commits = store.stats.calls - calls, store.stats.commits - commits
+        writes = store.stats.committed_writes
         await gateway.stop(drain_timeout=10)
         await gateway.shutdown()
     latencies.sort()
     return {"turns": len(latencies), "turns_per_s": len(latencies) / elapsed,
             "p50_ms": statistics.median(latencies) * 1000,
-            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000}
+            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+            "calls_per_turn": calls / len(latencies),
+            "writes_per_commit": writes / max(1, store.stats.commits), "commits": commits}
 
 
 async def main() -> None:
-    print(f"{'chats':>6} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
-    for chats, turns in ((1, 200), (100, 5), (1000, 2)):
-        r = await run(chats, turns)
+    print(f"{'chats':>6} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'store calls/turn':>17} {'writes/commit':>14}")
+    results = {}
+    for chats, turns in ((1, 200), (100, 5), (1000, 2), (1000, 6)):
+        r = results[chats, turns] = await run(chats, turns)
         print(f"{chats:>6} {r['turns']:>6} {r['turns_per_s']:>9.0f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f}")
+              f"{r['p99_ms']:>8.2f} {r['calls_per_turn']:>17.2f} {r['writes_per_commit']:>14.1f}")
+    one, many = results[1, 200], results[1000, 6]
+    print("targets (measured / target; at least 1.00 meets it):")
+    print(f"  1 chat, p50 overhead <= {TARGET_P50_MS} ms: {TARGET_P50_MS / one['p50_ms']:.2f}")
+    print(f"  1,000 chats, >= {TARGET_TURNS_S:,} turns/s: "
+          f"{many['turns_per_s'] / TARGET_TURNS_S:.2f}")
+    worst = max(r["calls_per_turn"] for r in results.values())
+    print(f"  store calls per turn <= {TARGET_CALLS}: {TARGET_CALLS / worst:.2f}")
 
 
 if __name__ == "__main__":

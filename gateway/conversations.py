@@ -135,14 +135,14 @@ class Conversations:
 
     # --- sessions and agents ------------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord:
-        """The chat's live session; a new root, made atomically, when it has none."""
-        live = await self.store.live_session(chat_key)  # a plain read on every turn
-        if live is not None:
-            return live
-        system = {"role": "system", "content": self.system_prompt}
+        """The chat's live session; a new root, made atomically, when it has none. No
+        store call while the store remembers the chat; one (a write) when it does not."""
         return await self.store.open_session(
             chat_key, model=self.provider.model, system_prompt=self.system_prompt,
-            system_message=new_message(system))
+            system_message=new_message(self._system_message()))
+
+    def _system_message(self) -> dict[str, Any]:
+        return {"role": "system", "content": self.system_prompt}
 
     async def _load_agent(self, session: SessionRecord) -> Agent:
         budget = (OutputBudget(chat_directory(self.tool_dir, session.chat_key),
@@ -151,8 +151,12 @@ class Conversations:
                              summary_provider=self.summary_provider, limits=self.limits,
                              tools=lambda engine: self._tools(session.chat_key, engine, budget),
                              budget=budget, files=self.files)
-        history = await self.store.load_history(session.id)
-        agent.load([m.message for m in history], session.engine_state)
+        if session.kind == "root" and session.message_count == 1 \
+                and session.system_prompt == self.system_prompt:
+            history = [self._system_message()]  # a new root holds just what we wrote in it
+        else:
+            history = [m.message for m in await self.store.load_history(session.id)]
+        agent.load(history, session.engine_state)
         return agent
 
     async def agent_for(self, chat_key: str, session: SessionRecord | None = None

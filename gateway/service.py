@@ -8,6 +8,7 @@ watchdog pings for the whole run (gateway/notify.py). Outside systemd that is al
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -18,6 +19,7 @@ from gateway.router import ChatRouter
 log = logging.getLogger(__name__)
 
 STATUS_CHECK_S = 2.0  # the status line is compared with the router's state this often
+GC_YOUNG = 20_000  # container allocations between two young collections
 EXIT_SECOND_SIGNAL = 130  # a second SIGTERM/SIGINT: leave without finishing the drain
 
 
@@ -39,6 +41,7 @@ async def serve(gateway: Gateway, notifier: Notifier | None = None) -> int:
                 # Pings cover start and drain too: a hang anywhere in the run is a hang.
                 background.append(asyncio.create_task(notifier.watchdog(), name="sd-watchdog"))
             await gateway.start()
+            tune_collector()
             if not stop.is_set():  # a signal during start already said STOPPING
                 notifier.ready()
             if notifier.enabled:
@@ -53,6 +56,17 @@ async def serve(gateway: Gateway, notifier: Notifier | None = None) -> int:
             task.cancel()
         notifier.close()
     return 0
+
+
+def tune_collector() -> None:
+    """Python's cycle collector, tuned for a long-running gateway (docs/architecture.md,
+    "The collector"): what exists once running (modules, clients, configuration) is
+    frozen out of every later collection, and young collections run every GC_YOUNG
+    container allocations instead of every 700, which under load ran hundreds of times
+    a second and took a fifth of the loop's time at 1,000 chats."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 async def _until_stopped(gateway: Gateway, stop: asyncio.Event) -> None:

@@ -4,7 +4,7 @@ turn, the committed one, and the store records they are made into."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from agent.agent import Agent
@@ -53,7 +53,7 @@ def new_message(message: dict[str, Any], **kw: Any) -> NewMessage:
 
 def usage_records(entries: Sequence[UsageEntry]) -> tuple[UsageRecord, ...]:
     """The agent's usage entries as store rows (the counts carry the same names)."""
-    return tuple(UsageRecord(model=e.model, purpose=e.purpose, **asdict(e.usage))
+    return tuple(UsageRecord(model=e.model, purpose=e.purpose, **vars(e.usage))
                  for e in entries)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 COOLDOWNS_S = (60.0, 300.0, 900.0)  # after the 1st, 2nd, 3rd+ consecutive failure
@@ -51,7 +51,7 @@ class Guard:
         self.ineffective_strikes = 0
 
     def export(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # flat numbers and flags: no deep copy needed
 
     @classmethod
     def restore(cls, state: dict[str, Any] | None) -> Guard:

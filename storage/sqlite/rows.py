@@ -24,10 +24,12 @@ from storage.models import (
 _TEXT, _JSON, _NONE, _ABSENT = range(4)  # messages.content_format
 
 # A template over the table's name `s`: a RETURNING clause cannot use a table alias.
+# Seqs run 0, 1, 2 ... without gaps (nothing is deleted), so the count is the last seq + 1:
+# one index seek, where COUNT(*) read every message of the session on every turn.
 SESSION_COLUMNS_OF = """{s}.id, {s}.chat_key, {s}.parent_session_id, {s}.kind, {s}.end_reason,
     {s}.started_at, {s}.ended_at, {s}.model, {s}.system_prompt, {s}.title, {s}.compression_count,
     {s}.engine_state, {s}.last_prompt_tokens,
-    (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = {s}.id),
+    (SELECT COALESCE(MAX(m.seq) + 1, 0) FROM messages AS m WHERE m.session_id = {s}.id),
     (SELECT COALESCE(SUM(u.input), 0) FROM usage AS u WHERE u.session_id = {s}.id),
     (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = {s}.id)"""
 SESSION_COLUMNS = SESSION_COLUMNS_OF.format(s="s")
