@@ -27,9 +27,11 @@ async def test_a_turn_makes_at_most_six_store_calls(tmp_path, fake_openai) -> No
     store = gw.store
     assert isinstance(store, SqliteSessionStore)
     try:
+        start = await _settled(store)
         await platform.say("first")  # a new chat: its root session, its agent built
         await platform.wait_delivered(1)
         before = await _settled(store)
+        assert before - start <= MAX_STORE_CALLS_PER_TURN, before - start
         for n in range(2, 6):
             await platform.say(f"message {n}")
             await platform.wait_delivered(n)
