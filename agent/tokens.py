@@ -28,7 +28,6 @@ MESSAGE_OVERHEAD = 4  # role, separators and framing every chat format adds per 
 CHARS_PER_TOKEN = 4
 
 
-
 def image_tokens(provider: str, vision: bool) -> int:
     """The estimate for one picture sent to this provider (a note when it cannot see)."""
     return IMAGE_TOKENS_BY_PROVIDER.get(provider, IMAGE_TOKENS) if vision else IMAGE_NOTE_TOKENS
@@ -79,14 +78,25 @@ def estimate_message(msg: Message, image_cost: int = IMAGE_TOKENS) -> int:
     """Tokens the provider will read for one message: text, images, tool calls, results.
 
     `image_cost` is what one picture costs with the provider at hand (`image_tokens`)."""
-    chars, images = _content_chars(msg.get("content"))
-    for call in msg.get("tool_calls") or ():
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            chars += len(fn.get("name") or "") + len(fn.get("arguments") or "")
+    content = msg.get("content")
+    # Plain-string content is the common shape; `_content_chars` gives it the same count.
+    chars, images = (len(content), 0) if isinstance(content, str) else _content_chars(content)
+    calls = msg.get("tool_calls")
+    if calls:
+        chars += _calls_chars(calls)
     if msg.get("role") == "tool":
         chars += len(msg.get("tool_call_id") or "")
     return -(-chars // CHARS_PER_TOKEN) + images * image_cost + MESSAGE_OVERHEAD
+
+
+def _calls_chars(calls: Any) -> int:
+    """Characters of the tool names and argument strings of a message's tool calls."""
+    chars = 0
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            chars += len(fn.get("name") or "") + len(fn.get("arguments") or "")
+    return chars
 
 
 def estimate_messages(msgs: Iterable[Message]) -> int:
@@ -162,19 +172,22 @@ class TokenCache:
 
     def redacted(self, msg: Message) -> Message:
         """The message with secrets replaced; the same dict when it held none."""
-        entry = self._entry(msg)
-        if entry.redacted is None:
-            entry.redacted = self._redactor(msg)
-        return entry.redacted
+        # A hit is one dict lookup: the renderer asks for every message it renders.
+        entry = self._entries.get(id(msg)) or self._entry(msg)
+        redacted = entry.redacted
+        if redacted is None:
+            redacted = entry.redacted = self._redactor(msg)
+        return redacted
 
     def derived(self, msg: Message, key: str, compute: Callable[[Message], Any]) -> Any:
         """Any other per-message value (e.g. the summarizer's rendering), computed once."""
-        entry = self._entry(msg)
-        if entry.derived is None:
-            entry.derived = {}
-        elif key in entry.derived:
-            return entry.derived[key]
-        value = entry.derived[key] = compute(msg)
+        entry = self._entries.get(id(msg)) or self._entry(msg)
+        found = entry.derived
+        if found is None:
+            found = entry.derived = {}
+        elif key in found:
+            return found[key]
+        value = found[key] = compute(msg)
         return value
 
     def is_warm(self, msg: Message, key: str) -> bool:
@@ -195,7 +208,7 @@ class TokenCache:
 
     def ingest(self, msg: Message, *, redact: bool = True) -> int:
         """Warm the cache for a newly stored message; returns its estimate."""
-        entry = self._entry(msg)
+        entry = self._entries.get(id(msg)) or self._entry(msg)
         if redact and entry.redacted is None:
             entry.redacted = self._redactor(msg)
             for warm in self.warmers:
