@@ -148,6 +148,10 @@ class TokenCache:
         # Other per-message work to do at ingest (e.g. the summarizer's rendering), so a
         # compaction finds everything ready instead of paying for the whole middle at once.
         self.warmers: list[Callable[[Message], Any]] = []
+        # Redaction and warmers run only once a transcript holds this many tokens: a chat
+        # far from its first compaction (most chats) never pays for them. The engine
+        # sets it below its threshold, so pieces are ready well before they are needed.
+        self.warm_from = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -312,8 +316,13 @@ class Transcript(Sequence[Message]):
 
     # --- mutation ---------------------------------------------------------------------
     def append(self, msg: Message) -> None:
-        self._total += self.cache.ingest(msg)
+        cache = self.cache
+        warm = self._total >= cache.warm_from
+        self._total += cache.ingest(msg, redact=warm)
         self._messages.append(msg)
+        if not warm and self._total >= cache.warm_from:  # just got near a compaction
+            for earlier in self._messages:
+                cache.ingest(earlier)  # redacts and warms what was only estimated
 
     def extend(self, msgs: Iterable[Message]) -> None:
         for msg in msgs:

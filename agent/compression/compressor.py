@@ -50,6 +50,7 @@ SMALL_TRANSCRIPT_EXTRA = 4  # "too small": at most protect_first_n + 4 messages
 WARN_AFTER_COMPACTIONS = 2
 STATE_VERSION = 1
 COLD_OFFLOAD = 200  # at least this many unrendered turns are rendered in a worker thread
+WARM_FROM_SHARE = 0.5  # a transcript is redacted and rendered ahead from half its threshold
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class ContextCompressor(ContextEngine):
         budgets = self.budgets
         self.threshold_tokens = budgets.threshold_tokens
         self.tail_token_budget = budgets.tail_token_budget
+        self.token_cache.warm_from = int(self.threshold_tokens * WARM_FROM_SHARE)
 
     def update_model(self, model: str, context_length: int, **kwargs: Any) -> None:
         self.model = model

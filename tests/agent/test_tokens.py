@@ -151,6 +151,28 @@ def test_ingest_redacts_and_runs_warmers_once() -> None:
     assert SECRET not in cache.redacted(msg)["content"]
 
 
+def test_a_chat_far_from_compaction_is_only_estimated_until_it_nears_it() -> None:
+    engine = make_engine(context_length=10_000, max_output_tokens=1_000)
+    cache = engine.token_cache
+    assert 0 < cache.warm_from < engine.threshold_tokens
+    warmed: list[int] = []
+    cache.warmers.append(lambda m: warmed.append(id(m)))
+    live = engine.new_transcript()
+    messages = chat(40, size=400)
+    for msg in messages:
+        live.append(msg)
+        if live.total < cache.warm_from:
+            assert warmed == []  # nothing redacted or rendered yet
+        else:
+            break
+    assert live.total >= cache.warm_from
+    # Crossing the line warms everything held so far, once; later messages as they come.
+    assert sorted(warmed) == sorted(id(m) for m in live)
+    live.append({"role": "user", "content": "one more"})
+    assert len(warmed) == len(live)
+    assert all(cache.is_warm(m, "piece") for m in live)
+
+
 def test_engine_fit_check_uses_running_totals_and_calibration() -> None:
     engine = make_engine(context_length=10_000, max_output_tokens=1_000)
     live = engine.new_transcript(chat(4, size=2_000), system_prompt="sys")
