@@ -20,17 +20,16 @@ import asyncio
 import logging
 import os
 import sqlite3
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from storage.errors import StoreError
 from storage.sqlite import integrity, schema
+from storage.sqlite.reader import Reader
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +73,7 @@ class SqliteConnection:
         self._jobs: deque[_Job] = deque()
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._reader: ThreadPoolExecutor | None = None
-        self._local = threading.local()
-        self._checkpointing = False
+        self._reader: Reader | None = None
         self._cancelled = False  # the writer was cancelled: the process is leaving
         self.stats = StoreStats()
 
@@ -93,7 +90,7 @@ class SqliteConnection:
                 raise StoreError(f"cannot create the directory for database {self.path}: "
                                  f"{reason}") from exc
         self._db = await asyncio.to_thread(self._connect)
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="store-read")
+        self._reader = Reader(self.path, self.plain, self._error)
         self._wake = asyncio.Event()
         self._writer = asyncio.create_task(self._serve(), name=f"store {self.path}")
 
@@ -132,8 +129,7 @@ class SqliteConnection:
             schema.optimize(db)
         except sqlite3.Error:
             log.debug("PRAGMA optimize failed on %s", self.path, exc_info=True)
-        await asyncio.get_running_loop().run_in_executor(reader, self._close_reader)
-        reader.shutdown()
+        await reader.close()
         db.close()  # the last connection to close checkpoints the WAL into the file
 
     def plain(self) -> sqlite3.Connection:
@@ -150,8 +146,7 @@ class SqliteConnection:
             return await self._submit(work, write=False)
         await self._submit(_nothing, write=False)  # what was queued before is done
         assert self._reader is not None
-        return await asyncio.get_running_loop().run_in_executor(
-            self._reader, self._read_in_thread, work)
+        return await self._reader.run(work)
 
     async def write(self, work: Work[T], single: bool = False) -> T:
         """Run `work` in a transaction (shared with other calls queued at the same time).
@@ -344,39 +339,11 @@ class SqliteConnection:
             else:
                 self._read_now(db, job)
 
-    # --- the reader thread -----------------------------------------------------------
-    def _read_in_thread(self, work: Work[T]) -> T:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = self._local.db = self.plain()
-        try:
-            return work(db)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-
-    def _close_reader(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            self._local.db = None
-            db.close()
-
     def _maybe_checkpoint(self) -> None:
-        """Every CHECKPOINT_EVERY commits, copy the WAL back into the file (PASSIVE: never
-        waits for anyone) in the reader thread, one checkpoint at a time."""
-        if (self._checkpointing or self.stats.commits % CHECKPOINT_EVERY
-                or self._reader is None or self.path == ":memory:"):
-            return
-        self._checkpointing = True
-        done = asyncio.get_running_loop().run_in_executor(self._reader, self._checkpoint)
-        done.add_done_callback(self._checkpointed)
-
-    def _checkpoint(self) -> None:
-        self._read_in_thread(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
-
-    def _checkpointed(self, done: asyncio.Future[None]) -> None:
-        self._checkpointing = False
-        if not done.cancelled() and done.exception() is not None:
-            log.warning("store %s: checkpoint failed: %s", self.path, done.exception())
+        """Every CHECKPOINT_EVERY commits, a WAL checkpoint in the reader thread."""
+        if self.stats.commits % CHECKPOINT_EVERY == 0 and self._reader is not None \
+                and self.path != ":memory:":
+            self._reader.checkpoint()
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         store_error = StoreError(f"store {self.path}: {exc}")

@@ -4,6 +4,7 @@ live-session map kept exact by our own writes and corrected after another proces
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from storage.errors import ContinuationConflict, StoreError
 from storage.live import LiveSessions
 from storage.models import SessionRecord
 from storage.sqlite import SqliteSessionStore
+from storage.sqlite.connection import CHECKPOINT_EVERY
 from tests.harness.store import CHAT, compacted_turn, msg, raw, root
 
 
@@ -28,6 +30,10 @@ async def _inbound(store: SqliteSessionStore, message_id: str) -> int:
                                 sender_name="Ann")
     assert record is not None
     return record.id
+
+
+def _size(path: str) -> int:
+    return os.path.getsize(path)
 
 
 def _contents(store: SqliteSessionStore, session_id: str) -> list[str]:
@@ -149,3 +155,19 @@ async def test_a_chat_beyond_the_map_costs_one_read(tmp_path: Path) -> None:
         live = await store.live_session("telegram:1")
         assert live is not None and live.id == first.id
         assert store.stats.calls == calls + 1
+
+
+async def test_checkpoints_keep_the_write_ahead_log_from_growing_without_end(
+        tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    wal = f"{path}-wal"
+    async with SqliteSessionStore(path) as store:
+        session = await root(store)
+        for n in range(1500):  # one commit each: several checkpoints' worth
+            await store.append_messages(session.id, [msg("user", f"message {n} " * 20)])
+            if n == 99:  # before the first checkpoint: what one commit adds to the log
+                per_commit = _size(wal) / store.stats.commits
+        size = _size(wal)
+    # Without checkpoints the log would hold all 1,500 commits; with them, at most the
+    # commits since the last one.
+    assert size < per_commit * (CHECKPOINT_EVERY + 100), (size, per_commit)
