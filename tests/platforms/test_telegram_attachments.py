@@ -5,15 +5,15 @@ that never leak the bot token."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from platforms.base import Attachment, DownloadError, FileTooLarge, InboundMessage
+from platforms.base import Attachment, DownloadError, FileTooLarge
 from platforms.telegram.adapter import TelegramAdapter, TelegramSettings
 from tests.harness.fake_telegram import FakeTelegram
+from tests.harness.inbox import Inbox
 from tests.harness.media import OGG, jpeg, pdf
 from tests.harness.telegram_updates import UpdateFactory
 
@@ -21,20 +21,6 @@ pytestmark = pytest.mark.timeout(20)
 USER = 5550021
 MB = 1024 * 1024
 BOT_API_LIMIT = 20 * MB
-
-
-class Inbox:
-    """The adapter's handler: keeps every InboundMessage it reports, in order."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
-
-    async def __call__(self, msg: InboundMessage) -> None:
-        self.queue.put_nowait(msg)
-
-    async def next(self) -> InboundMessage:
-        async with asyncio.timeout(5):
-            return await self.queue.get()
 
 
 @pytest.fixture

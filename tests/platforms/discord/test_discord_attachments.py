@@ -5,18 +5,18 @@ CDN failures in plain words."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 from collections.abc import AsyncIterator
 
 import pytest
 from PIL import Image
 
-from platforms.base import Attachment, DownloadError, FileTooLarge, InboundMessage
+from platforms.base import Attachment, DownloadError, FileTooLarge
 from platforms.discord.adapter import DiscordAdapter, DiscordSettings
 from tests.harness.discord_bot import GUILD_READY_S
 from tests.harness.discord_payloads import AttachmentFile
 from tests.harness.fake_discord import FakeDiscord
+from tests.harness.inbox import Inbox
 from tests.harness.media import OGG
 
 pytestmark = pytest.mark.timeout(20)
@@ -31,20 +31,6 @@ def png(size: tuple[int, int] = (3, 2)) -> bytes:
 
 
 PNG = png()
-
-
-class Inbox:
-    """The adapter's handler: keeps every InboundMessage it reports, in order."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
-
-    async def __call__(self, msg: InboundMessage) -> None:
-        self.queue.put_nowait(msg)
-
-    async def next(self) -> InboundMessage:
-        async with asyncio.timeout(5):
-            return await self.queue.get()
 
 
 @pytest.fixture
