@@ -20,6 +20,14 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+WAL_LIMIT_FRAMES = 2048  # pages (4 KiB each) the log may hold before it is emptied
+
+
+def _checkpoint(db: sqlite3.Connection) -> None:
+    _, log_frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    if log_frames > WAL_LIMIT_FRAMES:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
 
 class Reader:
     def __init__(self, path: str, connect: Callable[[], sqlite3.Connection],
@@ -36,16 +44,17 @@ class Reader:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, work)
 
     def checkpoint(self) -> None:
-        """Copy the WAL back into the file and empty it, in the thread, one checkpoint at
-        a time; nobody waits for it. TRUNCATE waits for the writer's current batch and
-        holds the next one off meanwhile (it waits, asleep, on the loop), so the log is
-        emptied even under steady writing; a PASSIVE checkpoint never caught up then."""
+        """Copy the WAL back into the file, in the thread, one checkpoint at a time;
+        nobody waits for it. PASSIVE first: it never holds the writer up, and between
+        bursts the next write starts the log over. Under steady writing it never catches
+        up, so once the log holds more than WAL_LIMIT_FRAMES a TRUNCATE follows: it holds
+        the writer off (which waits asleep, on the loop) while it copies the little the
+        PASSIVE one left, and empties the log."""
         if self._checkpointing:
             return
         self._checkpointing = True
         done = asyncio.get_running_loop().run_in_executor(
-            self._executor, self._run,
-            lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+            self._executor, self._run, _checkpoint)
         done.add_done_callback(self._checkpointed)
 
     async def close(self) -> None:
