@@ -143,18 +143,17 @@ class SqliteConnection:
         thread on their own connection, so they never hold up the loop.
         """
         if not heavy or self.path == ":memory:":  # a second connection would see another db
-            return await self._submit(work, write=False)
-        await self._submit(_nothing, write=False)  # what was queued before is done
+            return await self.submit(work, write=False)
+        await self.submit(_nothing, write=False)  # what was queued before is done
         assert self._reader is not None
         return await self._reader.run(work)
 
-    async def write(self, work: Work[T], single: bool = False) -> T:
+    async def write(self, work: Work[T]) -> T:
         """Run `work` in a transaction (shared with other calls queued at the same time).
 
-        Shielded: a cancelled caller (/stop, shutdown) does not cut it short. `single` is
-        kept for callers that run one statement; it is a write like any other.
+        Shielded: a cancelled caller (/stop, shutdown) does not cut it short.
         """
-        return await asyncio.shield(self._submit(work, write=True))
+        return await asyncio.shield(self.submit(work, write=True))
 
     async def write_statement(self, sql: str, params: Any) -> Any:
         """One statement as a write; returns its first row (for RETURNING), or None."""
@@ -162,9 +161,6 @@ class SqliteConnection:
 
     def submit(self, work: Callable[[Db], Any], *, write: bool) -> asyncio.Future[Any]:
         """Queue `work`; the future is settled after it ran (and committed)."""
-        return self._submit(work, write=write)
-
-    def _submit(self, work: Callable[[Db], Any], *, write: bool) -> asyncio.Future[Any]:
         if self._writer is None or self._db is None:
             raise StoreError(f"store {self.path} is not open: call initialize() first")
         job = _Job(work, write, asyncio.get_running_loop().create_future())
