@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable
 from typing import Any
 
-from agent.redact_screen import Check, KeyScreen, Screen
+from agent.redact_screen import Found, Screen
 
 REDACTED = "[REDACTED]"
 
@@ -31,7 +31,7 @@ class _Rule:
     __slots__ = ("pattern", "replace", "triggers", "lowered", "quick", "not_after", "screen")
 
     def __init__(self, pattern: str, replace: _Replace, triggers: tuple[str, ...], *,
-                 screen: tuple[str, str] | None = None, lowered: bool = False,
+                 screen: str, lowered: bool = False,
                  quick: str | None = None, not_after: frozenset[str] = frozenset(),
                  flags: int = 0) -> None:
         self.pattern = re.compile(pattern, flags)
@@ -40,10 +40,8 @@ class _Rule:
         self.lowered = lowered  # triggers are matched against the lower-cased text
         self.quick = re.compile(quick) if quick else None  # a must-match literal-led precheck
         self.not_after = not_after
-        # (gate, regex) for agent.redact_screen: a character and a pattern that every text
-        # this rule changes contains (in the lower-cased text when `lowered`). A rule
-        # without one turns the screen off.
-        self.screen: Check | None = (*screen, lowered) if screen else None
+        # For agent.redact_screen: an RE2 pattern that every text this rule changes matches.
+        self.screen = screen
 
     def apply(self, text: str, lower: str) -> str:
         haystack = lower if self.lowered else text
@@ -111,62 +109,60 @@ _RULES: tuple[_Rule, ...] = (
     # empty line PGP puts after its headers.
     _Rule(rf"-----BEGIN{_KEY_LABEL}(?:.*?-----END{_KEY_LABEL}"
           rf"|(?:{_KEY_BREAK}{_KEY_BREAK}?{_KEY_LINE})*)",
-          REDACTED, ("-----BEGIN",), screen=("-", "-----BEGIN"), flags=re.DOTALL),
+          REDACTED, ("-----BEGIN",), screen="-----BEGIN", flags=re.DOTALL),
     # Authorization headers (also JSON-quoted): keep the name and scheme, drop the value.
-    # Screened by its trigger, which already gates it (the (?i) pattern also matches a
-    # few non-ASCII look-alikes that lower-casing keeps apart).
+    # Gated by its trigger on the lower-cased text: the (?i) pattern also matches a few
+    # non-ASCII look-alikes that lower-casing keeps apart.
     _Rule(r"(?i)(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*"
           r"(?:(?:bearer|basic|token|digest|bot)[ \t]+)?)[^\s\"',;]+",
-          _keep_prefix, ("authorization",), screen=("z", "authorization"), lowered=True),
+          _keep_prefix, ("authorization",), screen="(?i)authorization", lowered=True),
     # A trailing full stop ends the sentence, not the value.
     _Rule(r"(Bearer[ \t]+)([A-Za-z0-9._~+/=-]*[A-Za-z0-9_~+/=-])", _bearer, ("Bearer",),
-          screen=("B", "Bearer"), not_after=_WORD),
+          screen="Bearer[ \t]", not_after=_WORD),
     # scheme://user:password@host. A pasted password may hold a raw `@` or `/`, so it runs
     # to the last `@` before whitespace, a quote or the next `://` (which keeps a run of URLs
     # linear); an `@` later in the path over-redacts, the safe way to be wrong.
     _Rule(r"(://[^\s/:@\"'<>]*:)(?:(?!://)[^\s\"'<>])+(@)", _keep_prefix, ("://",),
-          screen=("@", r"://[^\s/:@\"'<>]*:")),
+          screen=r"://[^\s/:@\"'<>]*:"),
     # MySQL clients take the password glued to -p (`mysql -u root -pS3cret db`). Elsewhere
     # -p is a port, a parent directory or a prompt, so it counts only on a mysql or mariadb
     # command line, within 40 words (linear time) and before a `;`, `&` or `|` ends it.
     _Rule(r"((?:mysql|mariadb)[\w.-]*(?:[ \t]+[^\s;&|]+){0,40}?[ \t]+-p)"
           r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s;&|]+)",
           _keep_prefix, ("-p",),  # one scan for the rarer half, not one per client name
-          screen=("-", r"-(?<=[ \t]-)p")),
+          screen=r"(?:mysql|mariadb)[^\n]*[ \t]-p"),
     # Vendor keys with a fixed prefix. Hyphens and underscores belong to the key, so no
-    # tail survives (sk-ant-api03-..., sk-proj-...). Screens start at the prefix's `-` or
-    # `_`, the rest of it as a look-behind, so each group of them is one scan.
-    _Rule(rf"sk-{_TOKEN}{{20,}}", REDACTED, ("sk-",), screen=("-", "-(?<=sk-)"),
+    # tail survives (sk-ant-api03-..., sk-proj-...).
+    _Rule(rf"sk-{_TOKEN}{{20,}}", REDACTED, ("sk-",), screen="sk-",
           not_after=_WORD),
     _Rule(r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}", REDACTED, ("k_",),
-          screen=("_", "_(?<=[rs]k_)(?:live|test)_"),
+          screen="[rs]k_(?:live|test)_",
           not_after=_WORD),  # Stripe secret and restricted keys
-    _Rule(r"gh[pousr]_[A-Za-z0-9]{20,}", REDACTED, ("gh",), screen=("_", "_(?<=gh[pousr]_)"),
+    _Rule(r"gh[pousr]_[A-Za-z0-9]{20,}", REDACTED, ("gh",), screen="gh[pousr]_",
           not_after=_WORD),
     _Rule(r"github_pat_[A-Za-z0-9_]{20,}", REDACTED, ("github_pat_",),
-          screen=("_", "_(?<=github_)pat_"), not_after=_WORD),
-    _Rule(rf"glpat-{_TOKEN}{{20,}}", REDACTED, ("glpat-",), screen=("-", "-(?<=glpat-)"),
+          screen="github_pat_", not_after=_WORD),
+    _Rule(rf"glpat-{_TOKEN}{{20,}}", REDACTED, ("glpat-",), screen="glpat-",
           not_after=_WORD),
     _Rule(r"x(?:ox[abposr]|app)-[A-Za-z0-9-]{10,}", REDACTED, ("xox", "xapp-"),
-          screen=("-", "-(?<=x(?:ox[abposr]|app)-)"), not_after=_WORD),
+          screen="x(?:ox[abposr]|app)-", not_after=_WORD),
     _Rule(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])", REDACTED, ("AKIA", "ASIA"),
-          screen=("I", "I(?<=A[KS]I)A"), not_after=_WORD),
-    _Rule(rf"AIza{_TOKEN}{{35}}", REDACTED, ("AIza",), screen=("I", "I(?<=AI)za"),
+          screen="A[KS]IA", not_after=_WORD),
+    _Rule(rf"AIza{_TOKEN}{{35}}", REDACTED, ("AIza",), screen="AIza",
           not_after=_WORD),
-    _Rule(r"hf_[A-Za-z0-9]{30,}", REDACTED, ("hf_",), screen=("_", "_(?<=hf_)"),
+    _Rule(r"hf_[A-Za-z0-9]{30,}", REDACTED, ("hf_",), screen="hf_",
           not_after=_WORD),
     _Rule(rf"eyJ{_TOKEN}{{8,}}\.eyJ{_TOKEN}{{8,}}\.{_TOKEN}*", REDACTED, ("eyJ",),
-          screen=("J", "eyJ"), not_after=_WORD),
+          screen="eyJ", not_after=_WORD),
     # Telegram bot token: numeric bot id, colon, 35 characters (also inside /bot<id>:<..>/).
     _Rule(rf"\d{{6,12}}:{_TOKEN}{{35}}(?!{_TOKEN})", REDACTED, (":",),
-          quick=rf":{_TOKEN}{{35}}", screen=(":", rf":{_TOKEN}{{35}}"),
+          quick=rf":{_TOKEN}{{35}}", screen=rf":{_TOKEN}{{35}}",
           not_after=frozenset(string.digits)),
     # Discord bot token: base64(user id) . timestamp . hmac; the id is verified in _discord.
     _Rule(rf"([MNO][A-Za-z0-9]{{23,27}})\.{_TOKEN}{{6}}\.{_TOKEN}{{27,38}}(?!{_TOKEN})",
           _discord, (".",), quick=rf"\.{_TOKEN}{{6}}\.{_TOKEN}{{27}}",
-          screen=(".", rf"\.{_TOKEN}{{6}}\.{_TOKEN}{{27}}"), not_after=_WORD),
+          screen=rf"\.{_TOKEN}{{6}}\.{_TOKEN}{{27}}", not_after=_WORD),
 )
-_RULE_SCREEN = Screen(rule.screen for rule in _RULES)  # see agent/redact_screen.py
 
 # Keys whose value is a secret. The word must end the key (`DB_PASSWORD`, `apiKey`,
 # `"client_secret"`), so counts like `max_tokens` and words like `author` are left alone.
@@ -289,15 +285,8 @@ def _redact_values(text: str, lower: str) -> str:
 
 # Every span `_redact_values` records sits after a key ending in a secret word and then
 # `:`, `=` or `=>` (`_assignment_spans`), after `cookie` and `:` (`_cookie_spans`), or
-# after a `--flag` whose name ends in a secret word (`_flag_spans`); all three are found
-# in the lower-cased text.
-_KEY_SCREEN = KeyScreen(_SECRET_KEYS + ("pass", "cookie"))
-
-
-def _may_hold_values(text: str, lower: str) -> bool:
-    if "-" in text and _KEY_SCREEN.flag_hits(lower):
-        return True
-    return (":" in text or "=" in text) and _KEY_SCREEN.hits(lower)
+# after a `--flag` whose name ends in a secret word (`_flag_spans`).
+_SCREEN = Screen((rule.screen for rule in _RULES), _SECRET_KEYS + ("pass", "cookie"))
 
 
 def _lower(text: str) -> str:
@@ -313,13 +302,16 @@ def redact(text: str) -> str:
     """Replace every secret the patterns know with REDACTED; idempotent."""
     if not text:
         return text
-    lower = _lower(text)
-    if _RULE_SCREEN.hits(text, lower):
-        return _redact_all(text, lower)
+    try:
+        found = _SCREEN.check(text)
+    except UnicodeEncodeError:  # a lone surrogate, which RE2 cannot read: no shortcut
+        found = Found.RULES
+    if found is Found.RULES:
+        return _redact_all(text, _lower(text))
     # No rule can match, so the rules would leave the text as it is: only the value pass
-    # can still change it, and it runs only when the key screen finds a candidate.
-    if _may_hold_values(text, lower):
-        return _redact_values(text, lower)
+    # can still change it, and only when the screen found a key candidate.
+    if found is Found.VALUES:
+        return _redact_values(text, _lower(text))
     return text
 
 

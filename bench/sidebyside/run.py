@@ -207,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                      (f"compress {n:,} msgs, warm + its ingest", h,
                       med([s["wall_s"] + s["ingest_wall_s"] for s in warm])),
                      (f"warm ingest {n:,} msgs, per message", None,
-                      med([s["ingest_wall_s"] / n for s in warm]))]
+                      med([s["ingest_wall_s"] / n for s in warm])),
+                     ("  of it estimate + redaction, per message", None,
+                      med([s["estimate_redact_wall_s"] / n for s in warm]))]
             for key in ("hermes_default", "threadline_cold"):
                 r = raw[key][-1]["result"]
                 print(f"  {key}: {r['messages_in']} -> {r['messages_after']} msgs "

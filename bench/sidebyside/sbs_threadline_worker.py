@@ -41,6 +41,7 @@ import agent.compression.compressor as cc  # noqa: E402
 from agent.context_engine import EngineSettings  # noqa: E402
 from agent.providers import anthropic as tl_anthropic  # noqa: E402
 from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
+from agent.tokens import TokenCache  # noqa: E402
 from agent.usage import CanonicalUsage  # noqa: E402
 from storage.models import Compaction, NewMessage, TurnRecord  # noqa: E402
 from storage.sqlite import SqliteSessionStore, queries  # noqa: E402
@@ -137,6 +138,10 @@ def compress(n: int, variant: str) -> dict[str, Any]:
     data = copy.deepcopy(msgs)
     res: dict[str, Any] = {}
     if variant == "warm":  # as the gateway holds it: ingested into the engine's Transcript
+        # Estimate + redaction alone (no summarizer rendering), on a copy and a bare cache.
+        plain, bare = copy.deepcopy(msgs), TokenCache()
+        res["estimate_redact_wall_s"] = P.timed(
+            lambda: [bare.ingest(m) for m in plain])["wall_s"]
         box: dict[str, Any] = {}
         ing = P.timed(lambda: box.__setitem__("live", eng.new_transcript(data)))
         res["ingest_wall_s"], res["ingest_cpu_s"] = ing["wall_s"], ing["cpu_s"]

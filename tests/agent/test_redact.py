@@ -9,8 +9,10 @@ import json
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agent.redact import REDACTED, redact, redact_message
+from agent.redact import REDACTED, _lower, _redact_all, redact, redact_message
 from gateway.logs import RedactingFilter
 
 # Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
@@ -309,3 +311,36 @@ def test_known_secrets_belong_to_one_filter_only() -> None:
     first.add_known_secret("configured-secret-value")
     assert first.redact("x configured-secret-value y") == f"x {REDACTED} y"
     assert second.redact("x configured-secret-value y") == "x configured-secret-value y"
+
+
+
+# Texts the screen must not misjudge: the rules' and key forms' parts, assembled in every
+# spacing, quoting and case, with the non-ASCII letters case-folding treats specially
+# (Kelvin sign, long s, dotted and dotless i) and a lone surrogate, which RE2 cannot read.
+_KEYS = ["password", "PassWord", "DB_PASS", "apiKEY", "api_\u212aey", "to\u212aen",
+         "\u017fecret", "cookie", "Set-Cookie", "Authorization", "AUTHORIZATION", "secret_key"]
+_VALUES = ["S3cret", "abcDEF123_-x", "\"s3 cr3t\"", "x" * 40, "\u0130dem"]
+_BLANK = st.sampled_from(["", " ", "\t", "  "])
+_KEY_FORM = st.builds(
+    lambda *parts: "".join(parts), st.sampled_from(_KEYS),
+    st.sampled_from(["", "\"", "'", "\\\"", "\\'"]), _BLANK,
+    st.sampled_from([":", "=", "=>", " "]), _BLANK, st.sampled_from(_VALUES))
+_FLAG_FORM = st.builds(lambda *parts: "".join(parts), st.just("--"),
+                       st.sampled_from(["", "db-", "DB_", "x.", "no-", "v2_"]),
+                       st.sampled_from(_KEYS), _BLANK, st.sampled_from(_VALUES))
+_RULE_FORM = st.builds(lambda *parts: "".join(parts),
+                       st.sampled_from(["Bearer", "bearer", "mysql -u root", "mariadb db",
+                                        "https://user:", "x"]),
+                       _BLANK, st.sampled_from(["-p", "", "@host"]), _BLANK,
+                       st.sampled_from(_VALUES + ["p4ss@host/db"]))
+_PIECE = st.one_of(_KEY_FORM, _FLAG_FORM, _RULE_FORM,
+                   st.sampled_from([*SECRETS.values(), *ORDINARY, "\u0131", "\ud800", "\n",
+                                    "\\n", "-----BEGIN RSA PRIVATE KEY-----\nAAAA"]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_PIECE, max_size=5), _BLANK)
+def test_the_screen_never_changes_a_result(parts: list[str], joint: str) -> None:
+    # The screen may only skip text the full pass would leave alone (agent/redact_screen.py).
+    text = joint.join(parts)
+    assert redact(text) == _redact_all(text, _lower(text))
