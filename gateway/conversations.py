@@ -61,7 +61,7 @@ class Conversations:
 
     def __init__(self, store: SessionStore, *, provider: Provider,
                  summary_provider: Provider | None, engine_factory: EngineFactory,
-                 system_prompt: str, settings: AgentSettings, max_agents: int = 256,
+                 system_prompt: str, settings: AgentSettings, max_agents: int = 1024,
                  prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None,
                  tool_dir: Path | None = None, files: AttachmentFiles | None = None) -> None:
         self.store = store

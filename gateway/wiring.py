@@ -101,6 +101,7 @@ def build_conversations(config: Config, store: SessionStore,
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,
+                         max_agents=config.gateway.cached_agents,
                          tool_dir=tool_outputs(config), files=attachment_files(config))
 
 

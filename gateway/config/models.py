@@ -197,6 +197,9 @@ class GatewayConfig(Section):
     admins: PlatformUsers = Field(default_factory=PlatformUsers)
     session_reset: SessionResetConfig = Field(default_factory=SessionResetConfig)
     coalesce_ms: int = Field(1500, ge=0)
+    # Chats whose agent (live transcript, token estimates, rendered pieces) stays in memory;
+    # the least recently active beyond it are rebuilt from the store when they speak again.
+    cached_agents: int = Field(1024, ge=1)
 
 
 class TrajectoriesConfig(Section):

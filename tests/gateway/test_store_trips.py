@@ -60,3 +60,40 @@ async def test_the_chats_session_is_found_without_the_store_after_its_first_turn
         assert store.stats.by_kind["read"] - reads == 1
     finally:
         await close(gw)
+
+
+async def _reads_for_chat_one_again(tmp_path, fake_openai, cached: int) -> int:
+    """Chat 1 speaks, chat 2 speaks, chat 1 speaks again: the store reads of that last turn.
+
+    Also checks that chat 1's second request still carries its first message."""
+    tmp_path.mkdir()
+    platform = RecordingPlatform()
+    config = config_for(tmp_path, fake_openai.base_url, gateway={"cached_agents": cached})
+    gw = await started_gateway(config, [platform])
+    store = gw.store
+    assert isinstance(store, SqliteSessionStore)
+    try:
+        await platform.say("remember the word teal", chat_id="1")
+        await platform.wait_delivered(1)
+        await platform.say("hello from chat two", chat_id="2")
+        await platform.wait_delivered(2)
+        await _settled(store)
+        reads = store.stats.by_kind["read"]
+        await platform.say("which word?", chat_id="1")
+        await platform.wait_delivered(3)
+        await _settled(store)
+        sent = fake_openai.calls_to("/chat/completions")[-1].json["messages"]
+        said = [m["content"] for m in sent if m["role"] == "user"]
+        assert said[-2:] == ["remember the word teal", "which word?"], said
+        return store.stats.by_kind["read"] - reads
+    finally:
+        await close(gw)
+
+
+async def test_a_chat_beyond_cached_agents_is_rebuilt_from_the_store(tmp_path, fake_openai
+                                                                     ) -> None:
+    # gateway.cached_agents bounds the agents held in memory: with room for one, chat 2
+    # pushes chat 1's agent out and chat 1's next turn reads its history back; with room
+    # for two, that turn reads only its ledger row. Either way the model sees the history.
+    assert await _reads_for_chat_one_again(tmp_path / "two", fake_openai, cached=2) == 1
+    assert await _reads_for_chat_one_again(tmp_path / "one", fake_openai, cached=1) > 1
