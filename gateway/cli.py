@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     tc.add_argument("output", help="where to write them (metrics beside it)")
     sub.add_parser("doctor", parents=[common],
                    help="check config, database, providers and platform tokens")
+    mig = sub.add_parser("migrate", parents=[common],
+                         help="copy the SQLite store into an empty PostgreSQL database")
+    mig.add_argument("--from", dest="source", default=None,
+                     help="sqlite:PATH (default: the configured database file)")
+    mig.add_argument("--to", dest="target", default=None,
+                     help="postgresql://user:password@host/db (default: storage.url)")
     return p
 
 
@@ -120,6 +126,8 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
         return await _compress(args, config)
     if args.command == "backup":
         return await _backup(args, config)
+    if args.command == "migrate":
+        return await _migrate(args, config)
     if args.command == "trajectories":
         from gateway import trajectories_cli
 
@@ -163,6 +171,21 @@ async def _backup(args: argparse.Namespace, config: Config) -> int:
     print(f"backed up {config.db_path} to {args.path}")
     return 0
 
+
+async def _migrate(args: argparse.Namespace, config: Config) -> int:
+    from storage.migrate import copy_store, parse_source, summary
+    from storage.postgres.store import display_url
+
+    target = args.target or config.storage.url
+    if not target:
+        print("threadline: say where to copy to: --to postgresql://... or storage.url",
+              file=sys.stderr)
+        return EXIT_ERROR
+    source = parse_source(args.source or f"sqlite:{config.db_path}")
+    copied = await copy_store(source, target)
+    print(f"copied {source} into {display_url(target)}: {summary(list(copied.counts.items()))}"
+          " (row counts equal on both sides)")
+    return 0
 
 
 if __name__ == "__main__":

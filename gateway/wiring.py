@@ -80,6 +80,10 @@ def agent_settings(config: Config) -> AgentSettings:
 
 
 def build_store(config: Config) -> SessionStore:
+    """PostgreSQL when `storage.url` is set, else the embedded SQLite file."""
+    if config.storage.url:
+        from storage.postgres import PostgresSessionStore  # asyncpg only when it is used
+        return PostgresSessionStore(config.storage.url)
     return SqliteSessionStore(config.db_path)
 
 

@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -159,6 +160,23 @@ class MetricsConfig(Section):
 
 class StorageConfig(Section):
     path: Path | None = None
+    # PostgreSQL instead of the SQLite file, for several gateway processes on one database
+    # (docs/storage.md). The file's directory still holds attachments and tool outputs.
+    url: str | None = None
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _postgres_only(cls, value: Any) -> Any:
+        if value in (None, ""):
+            return None
+        if not isinstance(value, str) or urlsplit(value).scheme not in ("postgresql",
+                                                                         "postgres"):
+            raise ValueError("must be a postgresql://user:password@host:port/database URL")
+        return value
+
+    @property
+    def url_password(self) -> str | None:
+        return urlsplit(self.url).password if self.url else None
 
     @field_validator("path", mode="before")
     @classmethod
@@ -295,6 +313,7 @@ class Config(Section):
             self.platforms.telegram.token,
             self.platforms.telegram.webhook.secret_token,
             self.platforms.discord.token,
+            self.storage.url_password,
         )
         return [value for value in candidates if value]
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, NewMessage, StoredMessage
+from storage.rows import MESSAGE_FIELDS, dumps
 from storage.sqlite import queries as q
-from storage.sqlite.rows import MESSAGE_FIELDS, dumps
 
 
 def continue_session(db: sqlite3.Connection, parent_id: str, compaction: Compaction,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -15,21 +14,21 @@ from typing import Any, TypeVar
 
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import NewMessage, OutChunk, SessionRecord, StoredMessage, UsageRecord
-from storage.sqlite.rows import (
+from storage.rows import (
     FIELD_COUNT,
     INBOUND_COLUMNS,
+    MAX_CHAIN_DEPTH,
     MESSAGE_COLUMNS,
     MESSAGE_FIELDS,
     SESSION_COLUMNS,
     SESSION_COLUMNS_OF,
     dumps,
     message_values,
+    new_session_id,
     session_record,
 )
 
 T = TypeVar("T")
-
-MAX_CHAIN_DEPTH = 10_000
 
 # --- compression walks -------------------------------------------------------------------
 # A step follows a kind='compression' child of a session that ended with
@@ -81,12 +80,6 @@ def fts_match(query: str) -> str | None:
     """
     terms = [t for t in query.split() if any(ch.isalnum() for ch in t)]
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
-
-
-def new_session_id(now: float) -> str:
-    """Sortable by creation time, unique by its random tail: 20250101T120000123-9f1c2e3d4b5a."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
-    return f"{stamp}{int(now * 1000) % 1000:03d}-{secrets.token_hex(6)}"
 
 
 # --- statements (the caller holds the transaction) ----------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from storage import rows
 from storage.base import SessionStore
 from storage.errors import StoreError
 from storage.live import MAX_CHATS, LiveSessions
@@ -32,7 +33,7 @@ from storage.models import (
     UsageRecord,
     UsageTotals,
 )
-from storage.sqlite import continuation, integrity, rows
+from storage.sqlite import continuation, integrity
 from storage.sqlite import queries as q
 from storage.sqlite.connection import Db, SqliteConnection
 

@@ -1,12 +1,15 @@
-"""Row codecs: what a row of each table looks like, and how it becomes a value and back.
+"""Row codecs shared by both backends: what a row of each table looks like, and how it
+becomes a value and back.
 
 The column lists live here beside the codecs that depend on their order; the statements
-that use them are in `queries.py`.
+that use them are in each backend's `queries.py`.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +25,14 @@ from storage.models import (
 )
 
 _TEXT, _JSON, _NONE, _ABSENT = range(4)  # messages.content_format
+MAX_CHAIN_DEPTH = 10_000  # compression steps a chain walk follows at most
+
+
+def new_session_id(now: float) -> str:
+    """Sortable by creation time, unique by its random tail: 20250101T120000123-9f1c2e3d4b5a."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    return f"{stamp}{int(now * 1000) % 1000:03d}-{secrets.token_hex(6)}"
+
 
 # A template over the table's name `s`: a RETURNING clause cannot use a table alias.
 # Seqs run 0, 1, 2 ... without gaps (nothing is deleted), so the count is the last seq + 1:

@@ -1,0 +1,113 @@
+"""The one transaction a compaction is, on PostgreSQL: end the parent, start its continuation.
+
+The same steps as `storage/sqlite/continuation.py` (which explains them): copies keep their
+original's metadata, inbound rows follow them, turns the compaction did not see are
+carried over, and the chat moves to the child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import asyncpg
+
+from storage.errors import ContinuationConflict, StoreError
+from storage.models import Compaction, NewMessage, StoredMessage
+from storage.postgres import queries as q
+from storage.rows import MESSAGE_FIELDS, dumps, new_session_id
+
+
+async def continue_session(con: q.Con, parent_id: str, compaction: Compaction, now: float,
+                           turn_messages: int = 0) -> str:
+    """End live `parent_id` by compression and create its continuation; returns the child id."""
+    child_id = new_session_id(now)
+    await con.execute("UPDATE sessions SET end_reason = 'compression', ended_at = $1"
+                      " WHERE id = $2", now, parent_id)
+    try:
+        await con.execute(
+            "INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at, model,"
+            " system_prompt, title, compression_count, engine_state)"
+            " SELECT $1, chat_key, id, 'compression', $2, model, system_prompt, title,"
+            " compression_count + 1, $3 FROM sessions WHERE id = $4",
+            child_id, now, dumps(compaction.engine_state), parent_id)
+    except asyncpg.UniqueViolationError as exc:
+        if exc.constraint_name != "sessions_one_continuation":
+            raise
+        raise ContinuationConflict(f"session {parent_id} was already continued") from exc
+    parent_seqs = await _source_seqs(con, parent_id, compaction, turn_messages)
+    copied = await _with_metadata(con, parent_id, compaction.messages, parent_seqs)
+    stored = await q.append(con, child_id, copied, now)
+    await _repoint_inbound(con, parent_id, stored, parent_seqs)
+    if compaction.covers is not None:
+        await _carry_over(con, parent_id, child_id, compaction, turn_messages)
+    await con.execute("UPDATE chats SET session_id = $1, updated_at = $2 WHERE session_id = $3"
+                      " AND chat_key = (SELECT chat_key FROM sessions WHERE id = $3)",
+                      child_id, now, parent_id)
+    return child_id
+
+
+async def _count(con: q.Con, session_id: str) -> int:
+    return int(await con.fetchval("SELECT COUNT(*) FROM messages WHERE session_id = $1",
+                                  session_id))
+
+
+async def _source_seqs(con: q.Con, parent_id: str, compaction: Compaction,
+                       turn_messages: int) -> list[int | None]:
+    if not any(s is not None for s in compaction.sources):
+        return [None] * len(compaction.messages)
+    covers = compaction.covers
+    turn_start = 0
+    if covers is not None:  # this turn's `before` starts after everything else stored
+        turn_start = await _count(con, parent_id) - turn_messages
+    return [source if source is None or covers is None or source < covers
+            else turn_start + source - covers for source in compaction.sources]
+
+
+async def _with_metadata(con: q.Con, parent_id: str, messages: Sequence[NewMessage],
+                         seqs: Sequence[int | None]) -> list[NewMessage]:
+    wanted = [s for s in seqs if s is not None]
+    if not wanted:
+        return list(messages)
+    found = await con.fetch(
+        "SELECT seq, platform_message_id, answered, sender_id, sender_name FROM messages"
+        " WHERE session_id = $1 AND seq = ANY($2::int[])", parent_id, wanted)
+    meta = {row[0]: tuple(row[1:]) for row in found}
+    out: list[NewMessage] = []
+    for message, seq in zip(messages, seqs, strict=True):
+        values = meta.get(seq) if seq is not None else None
+        if values is not None and any(v is not None for v in values):
+            pid, answered, sender_id, sender_name = values
+            message = dataclasses.replace(
+                message, platform_message_id=pid,
+                answered=None if answered is None else bool(answered),
+                sender_id=sender_id, sender_name=sender_name)
+        out.append(message)
+    return out
+
+
+async def _repoint_inbound(con: q.Con, parent_id: str, stored: Sequence[StoredMessage],
+                           seqs: Sequence[int | None]) -> None:
+    pairs = [(m.id, parent_id, seq) for m, seq in zip(stored, seqs, strict=True)
+             if seq is not None and m.platform_message_id is not None]
+    if pairs:
+        await con.executemany(
+            "UPDATE inbound SET message_row_id = $1 WHERE message_row_id ="
+            " (SELECT id FROM messages WHERE session_id = $2 AND seq = $3)", pairs)
+
+
+async def _carry_over(con: q.Con, parent_id: str, child_id: str, compaction: Compaction,
+                      turn_messages: int) -> None:
+    covers = compaction.covers or 0
+    total = await _count(con, parent_id)
+    unseen = total - turn_messages - covers
+    if unseen < 0:
+        raise StoreError(f"compaction covers {covers} messages but session {parent_id} has "
+                         f"{total - turn_messages}")
+    if unseen:
+        fields = f"{MESSAGE_FIELDS}, search_text"
+        await con.execute(
+            f"INSERT INTO messages (session_id, seq, {fields})"
+            f" SELECT $1, $2 + ROW_NUMBER() OVER (ORDER BY seq) - 1, {fields} FROM"
+            " (SELECT * FROM messages WHERE session_id = $3 ORDER BY seq LIMIT $4 OFFSET $5)"
+            " AS unseen", child_id, len(compaction.messages), parent_id, unseen, covers)

@@ -1,0 +1,281 @@
+"""Every SQL statement of the PostgreSQL store, and the steps that run them inside the
+store's transaction on one pooled connection. The SQLite store's `queries.py` is the
+model: the same steps with the same meaning (docs/storage.md, "PostgreSQL")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from storage.errors import ContinuationConflict, StoreError
+from storage.models import NewMessage, OutChunk, SessionRecord, StoredMessage, UsageRecord
+from storage.rows import (
+    INBOUND_COLUMNS,
+    MAX_CHAIN_DEPTH,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    dumps,
+    message_values,
+    new_session_id,
+    session_record,
+)
+
+Con = asyncpg.Connection
+
+# --- compression walks: one recursive query each, every step an index lookup -------------
+# A step follows a kind='compression' child of a session that ended by compression; the
+# depth bound makes even a corrupt cycle end.
+_DOWN = """down(id, depth) AS (
+    SELECT id, 0 FROM start
+    UNION ALL
+    SELECT c.id, down.depth + 1 FROM down
+    JOIN sessions AS p ON p.id = down.id AND p.end_reason = 'compression'
+    JOIN sessions AS c ON c.parent_session_id = down.id AND c.kind = 'compression'
+    WHERE down.depth < $2)"""
+_UP = """up(id, depth) AS (
+    SELECT $1::text, 0
+    UNION ALL
+    SELECT s.parent_session_id, up.depth + 1 FROM up
+    JOIN sessions AS s ON s.id = up.id AND s.kind = 'compression'
+    JOIN sessions AS p ON p.id = s.parent_session_id AND p.end_reason = 'compression'
+    WHERE up.depth < $2)"""
+TIP = (f"WITH RECURSIVE start(id) AS (SELECT $1::text), {_DOWN}"
+       " SELECT id, depth FROM down ORDER BY depth DESC LIMIT 1")
+_CHAIN = (f"WITH RECURSIVE {_UP}, start(id) AS (SELECT id FROM up ORDER BY depth DESC LIMIT 1),"
+          f" {_DOWN}, chain(id, depth) AS (SELECT id, MIN(depth) FROM down GROUP BY id) ")
+CHAIN_SESSIONS = (f"{_CHAIN} SELECT {SESSION_COLUMNS} FROM chain"
+                  " JOIN sessions AS s ON s.id = chain.id ORDER BY chain.depth")
+LIVE_SESSION = (
+    "WITH RECURSIVE start(id) AS (SELECT session_id FROM chats WHERE chat_key = $1), "
+    f"{_DOWN}, tip(id) AS (SELECT id FROM down ORDER BY depth DESC LIMIT 1) "
+    f"SELECT {SESSION_COLUMNS} FROM tip JOIN sessions AS s ON s.id = tip.id")
+
+_USAGE_SUMS = ("COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),"
+               " COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),"
+               " COALESCE(SUM(reasoning), 0), COUNT(*)")
+_CHAIN_USAGE = "FROM usage WHERE session_id IN (SELECT id FROM chain)"
+USAGE_TOTALS = f"{_CHAIN} SELECT {_USAGE_SUMS} {_CHAIN_USAGE}"
+USAGE_BY_MODEL = f"{_CHAIN} SELECT model, {_USAGE_SUMS} {_CHAIN_USAGE} GROUP BY model"
+USAGE_BY_SESSION = (f"SELECT session_id, {_USAGE_SUMS} FROM usage"
+                    " WHERE session_id = ANY($1::text[]) GROUP BY session_id")
+
+SESSION_BY_ID = f"SELECT {SESSION_COLUMNS} FROM sessions AS s WHERE s.id = $1"
+SESSION_BY_CHAT = (f"SELECT {SESSION_COLUMNS} FROM sessions AS s"
+                   " WHERE $1::text IS NULL OR s.chat_key = $1"
+                   " ORDER BY s.started_at DESC, s.id DESC LIMIT $2")
+END_SESSION = ("UPDATE sessions SET end_reason = $1, ended_at = $2"
+               " WHERE id = $3 AND end_reason IS NULL")
+HISTORY = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY seq"
+MESSAGE_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1"
+# Every term must occur (like the SQLite store's quoted FTS5 terms); best matches first.
+SEARCH = (
+    "SELECT m.session_id, s.chat_key, m.seq, m.role,"
+    " ts_headline('simple', m.search_text, query, 'StartSel=[, StopSel=], MaxWords=16,"
+    " MinWords=4, ShortWord=1, MaxFragments=1, FragmentDelimiter=…'), m.created_at"
+    " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id,"
+    " plainto_tsquery('simple', $1) AS query"
+    " WHERE m.search_vector @@ query AND ($2::text IS NULL OR s.chat_key = $2)"
+    " ORDER BY ts_rank(m.search_vector, query) DESC, m.id LIMIT $3")
+INGEST = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, sender_id,"
+          " sender_name, received_at, extra) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+          " ON CONFLICT DO NOTHING RETURNING id")
+_OPEN = "status IN ('pending', 'taken')"
+_ONE_INBOUND = "WHERE platform = $1 AND chat_id = $2 AND message_id = $3"
+FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
+INBOUND_BY_IDS = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = ANY($1::bigint[])"
+                  " ORDER BY received_at, id")
+OPEN_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN} ORDER BY received_at, id"
+FINISH_INBOUND = f"UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[]) AND {_OPEN}"
+DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
+                 " FROM deliveries WHERE inbound_id = $1 ORDER BY chunk")
+MARK_DELIVERED = ("UPDATE deliveries SET status = $1, platform_message_id = $2, sent_at = $3"
+                  " WHERE inbound_id = $4 AND chunk = $5 AND status = 'pending'")
+UNDELIVERED = ("SELECT DISTINCT reply_row_id FROM deliveries"
+               " WHERE reply_row_id = ANY($1::bigint[]) AND status = 'pending'")
+GET_SETTING = "SELECT value FROM settings WHERE key = $1"
+PUT_SETTING = ("INSERT INTO settings (key, value, updated_at) VALUES ($1, $2, $3)"
+               " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+               " updated_at = excluded.updated_at")
+CHAT_ACTIVITY = """
+    SELECT c.chat_key, s.id, GREATEST(s.started_at, COALESCE(
+        (SELECT MAX(i.received_at) FROM inbound AS i WHERE i.chat_key = c.chat_key), 0))
+    FROM chats AS c JOIN sessions AS s ON s.id = c.session_id
+    WHERE s.end_reason IS NULL AND ($1::text IS NULL OR c.chat_key = $1)
+    ORDER BY c.chat_key"""
+
+
+def chain_params(session_id: str) -> tuple[str, int]:
+    return session_id, MAX_CHAIN_DEPTH
+
+
+# --- steps inside a transaction -------------------------------------------------------------
+async def load_session(con: Con, session_id: str) -> SessionRecord | None:
+    row = await con.fetchrow(SESSION_BY_ID, session_id)
+    return session_record(row) if row else None
+
+
+async def require_session(con: Con, session_id: str) -> SessionRecord:
+    record = await load_session(con, session_id)
+    if record is None:
+        raise StoreError(f"no session {session_id!r}")
+    return record
+
+
+async def live_session(con: Con, chat_key: str) -> SessionRecord | None:
+    row = await con.fetchrow(LIVE_SESSION, chat_key, MAX_CHAIN_DEPTH)
+    record = session_record(row) if row else None
+    return record if record is not None and record.live else None
+
+
+async def lock_chat(con: Con, chat_key: str) -> None:
+    """Serialize, until the transaction ends, everyone opening a session for this chat."""
+    await con.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", chat_key)
+
+
+async def new_root(con: Con, chat_key: str, model: str | None, system_prompt: str | None,
+                   system_message: NewMessage | None, now: float) -> SessionRecord:
+    session_id = new_session_id(now)
+    await con.execute(
+        "INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)"
+        " VALUES ($1, $2, 'root', $3, $4, $5)", session_id, chat_key, now, model, system_prompt)
+    if system_message is not None:
+        await append(con, session_id, [system_message], now)
+    await con.execute(
+        "INSERT INTO chats (chat_key, session_id, updated_at) VALUES ($1, $2, $3)"
+        " ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,"
+        " updated_at = excluded.updated_at", chat_key, session_id, now)
+    return await require_session(con, session_id)
+
+
+async def end_reason_of(con: Con, session_id: str, *, lock: bool = False) -> str | None:
+    """None while live; StoreError when there is no such session. `lock` holds its row."""
+    row = await con.fetchrow("SELECT end_reason FROM sessions WHERE id = $1"
+                             + (" FOR UPDATE" if lock else ""), session_id)
+    if row is None:
+        raise StoreError(f"no session {session_id!r}")
+    return row[0]
+
+
+async def require_open(con: Con, session_id: str, *, continuing: bool = False,
+                       live: bool = False) -> None:
+    """As the SQLite store's: may this session take new messages? Also locks its row, so
+    appends to one session queue behind each other (each reads the last seq)."""
+    end_reason = await end_reason_of(con, session_id, lock=True)
+    continued = await con.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE parent_session_id = $1"
+        " AND kind = 'compression')", session_id)
+    if end_reason == "compression" or ((continuing or live) and end_reason is not None) \
+            or (continuing and continued):
+        raise ContinuationConflict(
+            f"session {session_id} was already continued or has ended ({end_reason})")
+
+
+def search_text(message: dict[str, Any]) -> str | None:
+    """What search indexes of a message: its text, or its text and attachment parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts = [str(part.get("text")) for part in content if isinstance(part, dict)
+             and part.get("type") in ("text", "attachment") and part.get("text") is not None]
+    return "\n".join(texts) if texts else None
+
+
+_INSERT = """INSERT INTO messages (session_id, seq, role, content, content_format, tool_calls,
+    tool_call_id, tool_name, extra, tokens, created_at, platform_message_id, answered,
+    sender_id, sender_name, search_text)
+    SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::int[], $6::text[],
+        $7::text[], $8::text[], $9::text[], $10::int[], $11::float8[], $12::text[],
+        $13::int[], $14::text[], $15::text[], $16::text[])
+    RETURNING id, seq"""
+
+
+async def append(con: Con, session_id: str, messages: Sequence[NewMessage],
+                 now: float) -> list[StoredMessage]:
+    if not messages:
+        return []
+    start = await con.fetchval(
+        "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = $1", session_id)
+    columns: list[list[Any]] = [[] for _ in range(15)]
+    for pos, new in enumerate(messages):
+        values = (start + pos, *message_values(new, now), search_text(new.message))
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    rows = sorted(await con.fetch(_INSERT, session_id, *columns), key=lambda row: row[1])
+    return [StoredMessage(id=row_id, session_id=session_id, seq=seq, message=dict(m.message),
+                          tokens=m.tokens, created_at=now,
+                          platform_message_id=m.platform_message_id, answered=m.answered,
+                          sender_id=m.sender_id, sender_name=m.sender_name)
+            for m, (row_id, seq) in zip(messages, rows, strict=True)]
+
+
+async def mark_inbound(con: Con, failed: Sequence[int]) -> None:
+    if failed:
+        await con.execute(FINISH_INBOUND, "failed", list(failed))
+
+
+async def set_reply(con: Con, inbound_ids: Sequence[int], reply: StoredMessage | None) -> None:
+    if inbound_ids and reply is not None:
+        await con.execute("UPDATE inbound SET reply_row_id = $1 WHERE id = ANY($2::bigint[])"
+                          " AND status = 'taken'", reply.id, list(inbound_ids))
+
+
+async def take_inbound(con: Con, inbound_ids: Sequence[int],
+                       stored: Sequence[StoredMessage]) -> None:
+    """As the SQLite store's: pending rows become taken, each linked to its message."""
+    found = await con.fetch("SELECT id, message_id, status FROM inbound"
+                            " WHERE id = ANY($1::bigint[]) FOR UPDATE", list(inbound_ids))
+    by_id = {row[0]: row for row in found}
+    by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
+    links: list[tuple[int | None, int]] = []
+    for position, inbound_id in enumerate(inbound_ids):
+        row = by_id.get(inbound_id)
+        if row is None or row[2] != "pending":
+            state = "missing" if row is None else row[2]
+            raise StoreError(f"inbound {inbound_id} cannot be taken: it is {state}")
+        target = by_platform_id.get(row[1])
+        if target is None and stored:
+            target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
+        links.append((target.id if target else None, inbound_id))
+    if links:
+        await con.executemany("UPDATE inbound SET status = 'taken', message_row_id = $1"
+                              " WHERE id = $2", links)
+
+
+async def insert_usage(con: Con, session_id: str, usage: Sequence[UsageRecord],
+                       now: float) -> None:
+    if usage:
+        await con.executemany(
+            "INSERT INTO usage (session_id, model, purpose, input, output, cache_read,"
+            " cache_write, reasoning, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            [(session_id, u.model, u.purpose, u.input_tokens, u.output_tokens,
+              u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens, now)
+             for u in usage])
+
+
+async def save_state(con: Con, session_id: str, state: dict[str, Any] | None,
+                     last_prompt_tokens: int | None) -> SessionRecord:
+    await con.execute("UPDATE sessions SET engine_state = COALESCE($1, engine_state),"
+                      " last_prompt_tokens = COALESCE($2, last_prompt_tokens) WHERE id = $3",
+                      None if state is None else dumps(state), last_prompt_tokens, session_id)
+    return await require_session(con, session_id)
+
+
+async def update_pending_text(con: Con, key: tuple[str, str, str], text: str) -> str | None:
+    status = await con.fetchval(f"SELECT status FROM inbound {_ONE_INBOUND} FOR UPDATE", *key)
+    if status == "pending":
+        await con.execute(f"UPDATE inbound SET text = $4 {_ONE_INBOUND}", *key, text)
+    return status
+
+
+async def insert_delivery(con: Con, inbound_id: int, reply: StoredMessage,
+                          chunks: Sequence[OutChunk]) -> None:
+    if chunks:
+        await con.executemany(
+            "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
+            " platform_message_id) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of)
+             for i, c in enumerate(chunks)])

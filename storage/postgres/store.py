@@ -1,0 +1,356 @@
+"""SessionStore on PostgreSQL (asyncpg, a connection pool), for several gateway processes.
+
+Every store call is one transaction on one pooled connection. The rules the SQLite store
+enforces with BEGIN IMMEDIATE hold here through row locks (a session's row is locked
+before anything is appended to it), an advisory lock per chat while a chat's first
+session is opened, and the same unique constraints (docs/storage.md, "PostgreSQL").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from storage import rows
+from storage.base import SessionStore
+from storage.errors import StoreError
+from storage.live import MAX_CHATS, LiveSessions
+from storage.models import (
+    ChatActivity,
+    Delivery,
+    InboundRecord,
+    NewMessage,
+    SearchHit,
+    SessionRecord,
+    StoredMessage,
+    TurnRecord,
+    UsageRecord,
+    UsageTotals,
+)
+from storage.postgres import continuation, schema
+from storage.postgres import queries as q
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Work = Callable[[q.Con], Awaitable[T]]
+
+RETRIES = 5  # a transaction PostgreSQL aborted for a deadlock or serialization is re-run
+_RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+
+def display_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresSessionStore(SessionStore):
+    """`storage: {url: postgresql://user@host/db}`: a store several processes share."""
+
+    def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10,
+                 max_live_chats: int = MAX_CHATS, command_timeout: float = 60.0) -> None:
+        self.url = url
+        self.label = display_url(url)
+        self._sizes = (min_connections, max_connections)
+        self._timeout = command_timeout
+        self._pool: asyncpg.Pool | None = None
+        self._live = LiveSessions(max_live_chats)
+
+    async def __aenter__(self) -> PostgresSessionStore:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # --- lifecycle -------------------------------------------------------------------
+    async def initialize(self) -> None:
+        """Open the pool and migrate; StoreError names the database (never its password)."""
+        if self._pool is not None:
+            return
+        try:
+            pool = await asyncpg.create_pool(self.url, min_size=self._sizes[0],
+                                             max_size=self._sizes[1],
+                                             command_timeout=self._timeout)
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
+            raise StoreError(f"cannot open the database {self.label}: {exc}") from None
+        try:
+            async with pool.acquire() as con:
+                await schema.migrate(con, self.label)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def shutdown(self) -> None:
+        pool, self._pool = self._pool, None
+        self._live.clear()
+        if pool is not None:
+            await pool.close()
+
+    async def begin_run(self) -> bool:
+        """PostgreSQL recovers from a crash by itself: there is no file to check."""
+        return False
+
+    async def end_run(self) -> None:
+        return None
+
+    async def backup(self, dest: str) -> None:
+        raise StoreError(f"back up {self.label} with pg_dump; `threadline backup` copies "
+                         "SQLite files only")
+
+    # --- running work ----------------------------------------------------------------
+    async def _run(self, work: Work[T]) -> T:
+        """`work` in one transaction; re-run when PostgreSQL aborted it for a deadlock."""
+        pool = self._pool
+        if pool is None:
+            raise StoreError(f"the store {self.label} is not open")
+        for attempt in range(RETRIES):
+            try:
+                async with pool.acquire() as con, con.transaction():
+                    return await work(con)
+            except _RETRYABLE:
+                if attempt == RETRIES - 1:
+                    raise StoreError(f"{self.label} kept aborting a transaction") from None
+                await asyncio.sleep(0.01 * (attempt + 1))
+            except StoreError:
+                raise
+            except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                raise StoreError(f"{self.label}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+        return await self._run(lambda con: con.fetch(sql, *args))
+
+    async def _execute(self, sql: str, *args: Any) -> None:
+        await self._run(lambda con: con.execute(sql, *args))
+
+    async def _then(self, session_id: str | None, work: Work[T],
+                    update: Callable[[T], None]) -> T:
+        """A write, and the live map updated from its result once it committed, also when
+        the caller was cancelled meanwhile (as in the SQLite store)."""
+        task = asyncio.ensure_future(self._run(work))
+
+        def settled(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                update(done.result())
+            elif session_id is not None:
+                self._live.forget(session_id)
+        task.add_done_callback(settled)
+        return await asyncio.shield(task)
+
+    # --- sessions and chains ---------------------------------------------------------
+    async def live_session(self, chat_key: str) -> SessionRecord | None:
+        known = self._live.get(chat_key)
+        if known is not None:
+            return known
+        found = await self._run(lambda con: q.live_session(con, chat_key))
+        if found is not None:
+            self._live.put(found)
+        return found
+
+    async def create_root_session(self, chat_key: str, *, model: str | None,
+                                  system_prompt: str | None,
+                                  system_message: NewMessage | None = None) -> SessionRecord:
+        async def work(con: q.Con) -> SessionRecord:
+            await q.lock_chat(con, chat_key)
+            return await q.new_root(con, chat_key, model, system_prompt, system_message,
+                                    time.time())
+        return await self._then(None, work, self._live.put)
+
+    async def open_session(self, chat_key: str, *, model: str | None,
+                           system_prompt: str | None,
+                           system_message: NewMessage | None = None) -> SessionRecord:
+        known = self._live.get(chat_key)
+        if known is not None:
+            return known
+
+        async def work(con: q.Con) -> SessionRecord:
+            await q.lock_chat(con, chat_key)  # two processes opening one new chat share a root
+            live = await q.live_session(con, chat_key)
+            if live is not None:
+                return live
+            return await q.new_root(con, chat_key, model, system_prompt, system_message,
+                                    time.time())
+        return await self._then(None, work, self._live.put)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return await self._run(lambda con: q.load_session(con, session_id))
+
+    async def end_session(self, session_id: str, reason: str) -> None:
+        if reason == "compression":
+            raise StoreError("a session ends by compression only through record_turn")
+
+        async def work(con: q.Con) -> None:
+            await q.end_reason_of(con, session_id, lock=True)
+            await con.execute(q.END_SESSION, reason, time.time(), session_id)
+        await self._then(session_id, work, lambda _: self._live.forget(session_id))
+
+    async def get_compression_tip(self, session_id: str) -> str:
+        found = await self._fetch(q.TIP, *q.chain_params(session_id))
+        tip, depth = found[0]
+        if depth >= rows.MAX_CHAIN_DEPTH:
+            log.warning("compression chain from %s is cyclic or deeper than %d steps",
+                        session_id, rows.MAX_CHAIN_DEPTH)
+        return str(tip)
+
+    async def chain(self, session_id: str) -> list[SessionRecord]:
+        found = await self._fetch(q.CHAIN_SESSIONS, *q.chain_params(session_id))
+        return [rows.session_record(row) for row in found]
+
+    async def list_sessions(self, chat_key: str | None = None,
+                            limit: int = 200) -> list[SessionRecord]:
+        return [rows.session_record(row)
+                for row in await self._fetch(q.SESSION_BY_CHAT, chat_key, limit)]
+
+    async def save_engine_state(self, session_id: str, state: dict[str, Any],
+                                last_prompt_tokens: int | None = None) -> None:
+        await self._then(session_id,
+                         lambda con: q.save_state(con, session_id, state, last_prompt_tokens),
+                         self._live.put)
+
+    # --- messages --------------------------------------------------------------------
+    async def load_history(self, session_id: str) -> list[StoredMessage]:
+        return [rows.stored_message(row) for row in await self._fetch(q.HISTORY, session_id)]
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        found = await self._fetch(q.MESSAGE_BY_ID, row_id)
+        return rows.stored_message(found[0]) if found else None
+
+    async def append_messages(self, session_id: str,
+                              messages: list[NewMessage]) -> list[StoredMessage]:
+        async def work(con: q.Con) -> list[StoredMessage]:
+            await q.require_open(con, session_id)
+            return await q.append(con, session_id, messages, time.time())
+        return await self._then(session_id, work,
+                                lambda stored: self._live.grew(session_id, len(stored)))
+
+    async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
+        async def work(con: q.Con) -> SessionRecord:
+            now = time.time()
+            if turn.before or turn.after or turn.compaction is not None:
+                await q.require_open(con, session_id, continuing=turn.compaction is not None)
+            else:  # only the ledger, usage or engine state: fine on an ended session too
+                await q.end_reason_of(con, session_id, lock=True)
+            before = await q.append(con, session_id, turn.before, now)
+            live_id = session_id
+            if turn.compaction is not None:
+                live_id = await continuation.continue_session(con, session_id, turn.compaction,
+                                                              now, len(before))
+            after = await q.append(con, live_id, turn.after, now)
+            reply = (after or before or [None])[-1]
+            await q.set_reply(con, turn.replied, reply)
+            if turn.replied and reply is not None:
+                await q.insert_delivery(con, turn.replied[-1], reply, turn.delivery)
+            await q.mark_inbound(con, turn.failed)
+            await q.insert_usage(con, session_id, turn.usage, now)
+            return await q.save_state(con, live_id, turn.engine_state, turn.last_prompt_tokens)
+        return await self._then(session_id, work, self._live.put)
+
+    async def search(self, query: str, chat_key: str | None = None,
+                     limit: int = 50) -> list[SearchHit]:
+        if not any(ch.isalnum() for ch in query):
+            return []
+        found = await self._fetch(q.SEARCH, query, chat_key, limit)
+        return [rows.search_hit(row) for row in found]
+
+    # --- the inbound ledger ----------------------------------------------------------
+    async def ingest(self, *, platform: str, chat_id: str, message_id: str, chat_key: str,
+                     text: str, sender_id: str | None, sender_name: str | None,
+                     extra: dict[str, Any] | None = None) -> InboundRecord | None:
+        record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
+                               sender_name, time.time(), "pending", None, dict(extra or {}))
+        found = await self._fetch(q.INGEST, *rows.inbound_values(record))
+        return replace(record, id=found[0][0]) if found else None
+
+    async def take_inbound(self, inbound_ids: list[int], session_id: str,
+                           messages: list[NewMessage]) -> list[StoredMessage]:
+        unanswered = [m if m.answered is not None else replace(m, answered=False)
+                      for m in messages]
+
+        async def work(con: q.Con) -> list[StoredMessage]:
+            await q.require_open(con, session_id, live=True)
+            stored = await q.append(con, session_id, unanswered, time.time())
+            await q.take_inbound(con, inbound_ids, stored)
+            return stored
+        return await self._then(session_id, work,
+                                lambda stored: self._live.grew(session_id, len(stored)))
+
+    async def find_inbound(self, platform: str, chat_id: str,
+                           message_id: str) -> InboundRecord | None:
+        found = await self._fetch(q.FIND_INBOUND, platform, chat_id, message_id)
+        return rows.inbound_record(found[0]) if found else None
+
+    async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
+                                  text: str) -> str | None:
+        key = (platform, chat_id, message_id)
+        return await self._run(lambda con: q.update_pending_text(con, key, text))
+
+    async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
+        if status not in ("answered", "failed"):
+            raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
+        await self._execute(q.FINISH_INBOUND, status, list(inbound_ids))
+
+    async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
+        found = await self._fetch(q.INBOUND_BY_IDS, list(inbound_ids))
+        return [rows.inbound_record(row) for row in found]
+
+    async def open_inbound(self) -> list[InboundRecord]:
+        return [rows.inbound_record(row) for row in await self._fetch(q.OPEN_INBOUND)]
+
+    # --- deliveries ------------------------------------------------------------------
+    async def deliveries(self, inbound_id: int) -> list[Delivery]:
+        return [rows.delivery(row) for row in await self._fetch(q.DELIVERIES_OF, inbound_id)]
+
+    async def mark_delivered(self, inbound_id: int, chunk: int,
+                             platform_message_id: str | None, *, failed: bool = False) -> None:
+        await self._execute(q.MARK_DELIVERED, "failed" if failed else "sent",
+                            platform_message_id, time.time(), inbound_id, chunk)
+
+    async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
+        return {row[0] for row in await self._fetch(q.UNDELIVERED, list(reply_row_ids))}
+
+    # --- usage -----------------------------------------------------------------------
+    async def record_usage(self, session_id: str, usage: UsageRecord) -> None:
+        async def work(con: q.Con) -> None:
+            await q.end_reason_of(con, session_id)  # an unknown id is an error
+            await q.insert_usage(con, session_id, (usage,), time.time())
+        self._live.forget(session_id)  # its usage totals change: read it again when asked
+        await self._run(work)
+
+    async def usage_totals(self, session_id: str) -> UsageTotals:
+        found = await self._fetch(q.USAGE_TOTALS, *q.chain_params(session_id))
+        return rows.usage_totals(tuple(found[0]))
+
+    async def usage_by_model(self, session_id: str) -> dict[str, UsageTotals]:
+        found = await self._fetch(q.USAGE_BY_MODEL, *q.chain_params(session_id))
+        return {row[0]: rows.usage_totals(tuple(row[1:])) for row in found}
+
+    async def usage_by_session(self, session_ids: list[str]) -> dict[str, UsageTotals]:
+        found = await self._fetch(q.USAGE_BY_SESSION, list(session_ids))
+        return {row[0]: rows.usage_totals(tuple(row[1:])) for row in found}
+
+    async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
+        found = await self._fetch(q.CHAT_ACTIVITY, chat_key)
+        return [ChatActivity(row[0], row[1], float(row[2])) for row in found]
+
+    # --- settings --------------------------------------------------------------------
+    async def get_setting(self, key: str) -> str | None:
+        found = await self._fetch(q.GET_SETTING, key)
+        return None if not found else str(found[0][0])
+
+    async def put_setting(self, key: str, value: str) -> None:
+        await self._execute(q.PUT_SETTING, key, value, time.time())
