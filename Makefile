@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP   := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench clean systemd-analyze
+.PHONY: run test lint bench clean systemd-analyze postgres-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ run: $(LOCAL_STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 
-test: $(DEV_STAMP) lint systemd-analyze
+test: $(DEV_STAMP) lint systemd-analyze postgres-server
 	$(BIN)/pytest
 
 # tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze
@@ -41,6 +41,20 @@ systemd-analyze:
 	  { $$SUDO apt-get update -q >/dev/null && \
 	    $$SUDO apt-get install -y -q --no-install-recommends systemd >/dev/null; } || \
 	  echo "warning: could not install systemd; the unit-file test will fail"; \
+	}
+
+# The `postgres_server` test fixture (tests/harness/postgres.py) runs a real PostgreSQL
+# server from Debian's postgresql package. Installing it is best effort, as above; when it
+# cannot be installed, the PostgreSQL tests fail and say what is missing.
+postgres-server:
+	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  echo "installing the PostgreSQL server (apt-get install postgresql)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q --no-install-recommends postgresql >/dev/null; } || \
+	  echo "warning: could not install postgresql; the PostgreSQL tests will fail"; \
 	}
 
 # The reference design for bench/sidebyside: Hermes Agent in its own venv, never a dependency.

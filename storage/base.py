@@ -1,10 +1,11 @@
-"""The store interface: SQLite today, PostgreSQL later, without touching agent or platforms."""
+"""The store interface, on SQLite or PostgreSQL, without touching agent or platforms."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any
 
+from storage.coordination import Coordination
 from storage.models import (
     ChatActivity,
     Delivery,
@@ -25,6 +26,9 @@ class SessionStore(ABC):
     Lifecycle words follow the rest of the project: `initialize()` opens and migrates,
     `shutdown()` flushes and closes. Every method raises `StoreError` kinds only.
     """
+
+    # Leases and notices for several gateway processes; None: this store serves one.
+    coordination: Coordination | None = None
 
     @abstractmethod
     async def initialize(self) -> None: ...
@@ -131,9 +135,10 @@ class SessionStore(ABC):
         """The ledger rows as they are now (an edit may have changed a pending text)."""
 
     @abstractmethod
-    async def open_inbound(self) -> list[InboundRecord]:
-        """Inbound rows still pending or taken (not answered, not failed), oldest first; a
-        taken row with `reply_row_id` has its reply stored but not yet delivered."""
+    async def open_inbound(self, chat_key: str | None = None) -> list[InboundRecord]:
+        """Inbound rows still pending or taken (not answered, not failed), oldest first, of
+        one chat or all; a taken row with `reply_row_id` has its reply stored but not yet
+        delivered."""
 
     # --- deliveries ------------------------------------------------------------------
     @abstractmethod

@@ -73,9 +73,9 @@ MESSAGE_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1"
 SEARCH = (
     "SELECT m.session_id, s.chat_key, m.seq, m.role,"
     " ts_headline('simple', m.search_text, query, 'StartSel=[, StopSel=], MaxWords=16,"
-    " MinWords=4, ShortWord=1, MaxFragments=1, FragmentDelimiter=…'), m.created_at"
+    " MinWords=12, ShortWord=1'), m.created_at"
     " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id,"
-    " plainto_tsquery('simple', $1) AS query"
+    " to_tsquery('simple', $1) AS query"
     " WHERE m.search_vector @@ query AND ($2::text IS NULL OR s.chat_key = $2)"
     " ORDER BY ts_rank(m.search_vector, query) DESC, m.id LIMIT $3")
 INGEST = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, sender_id,"
@@ -86,7 +86,8 @@ _ONE_INBOUND = "WHERE platform = $1 AND chat_id = $2 AND message_id = $3"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
 INBOUND_BY_IDS = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = ANY($1::bigint[])"
                   " ORDER BY received_at, id")
-OPEN_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN} ORDER BY received_at, id"
+OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
+                " AND ($1::text IS NULL OR chat_key = $1) ORDER BY received_at, id")
 FINISH_INBOUND = f"UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[]) AND {_OPEN}"
 DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
                  " FROM deliveries WHERE inbound_id = $1 ORDER BY chunk")
@@ -170,6 +171,18 @@ async def require_open(con: Con, session_id: str, *, continuing: bool = False,
             or (continuing and continued):
         raise ContinuationConflict(
             f"session {session_id} was already continued or has ended ({end_reason})")
+
+
+def ts_query(text: str) -> str | None:
+    """User text as a tsquery: each whitespace-separated term must occur, and a term that
+    holds several words (`PELICAN-7731`, `a.b`) as those words in a row, the way FTS5
+    reads a quoted term. Words are runs of letters and digits, as the index cuts them."""
+    terms = []
+    for term in text.split():
+        words = "".join(ch if ch.isalnum() else " " for ch in term).split()
+        if words:
+            terms.append("(" + " <-> ".join(f"'{w}'" for w in words) + ")")
+    return " & ".join(terms) or None
 
 
 def search_text(message: dict[str, Any]) -> str | None:

@@ -60,10 +60,11 @@ _V1 = (
         answered INTEGER,
         sender_id TEXT,
         sender_name TEXT,
-        -- What search reads: the text, or a list content's text and attachment parts.
+        -- What search reads: the text, or a list content's text and attachment parts,
+        -- as words made of letters and digits (as SQLite's FTS5 tokenizer cuts them).
         search_text TEXT,
-        search_vector TSVECTOR GENERATED ALWAYS AS
-            (to_tsvector('simple', COALESCE(search_text, ''))) STORED,
+        search_vector TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple',
+            regexp_replace(COALESCE(search_text, ''), '[^[:alnum:]]+', ' ', 'g'))) STORED,
         UNIQUE (session_id, seq)
     )""",
     "CREATE INDEX messages_search ON messages USING GIN (search_vector)",
@@ -147,7 +148,17 @@ _V1 = (
         WHEN (NEW.status <> 'pending') EXECUTE FUNCTION threadline_delivery_complete()""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Leases between gateway processes (storage/coordination.py), judged by the database's clock.
+_V2_LEASES = (
+    """CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX leases_by_holder ON leases(holder)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

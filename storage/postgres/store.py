@@ -36,6 +36,7 @@ from storage.models import (
 )
 from storage.postgres import continuation, schema
 from storage.postgres import queries as q
+from storage.postgres.coordination import PostgresCoordination
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,6 +69,10 @@ class PostgresSessionStore(SessionStore):
         self._timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
         self._live = LiveSessions(max_live_chats)
+        self.coordination: PostgresCoordination = PostgresCoordination(self)
+        # Writes whose caller was cancelled while they ran: they still commit, and every
+        # later call waits for them, so the caller's next read sees what it wrote.
+        self._orphans: set[asyncio.Future[Any]] = set()
 
     async def __aenter__(self) -> PostgresSessionStore:
         await self.initialize()
@@ -98,6 +103,7 @@ class PostgresSessionStore(SessionStore):
     async def shutdown(self) -> None:
         pool, self._pool = self._pool, None
         self._live.clear()
+        await self.coordination.close()
         if pool is not None:
             await pool.close()
 
@@ -118,6 +124,8 @@ class PostgresSessionStore(SessionStore):
         pool = self._pool
         if pool is None:
             raise StoreError(f"the store {self.label} is not open")
+        if self._orphans:
+            await asyncio.wait(set(self._orphans))
         for attempt in range(RETRIES):
             try:
                 async with pool.acquire() as con, con.transaction():
@@ -132,8 +140,11 @@ class PostgresSessionStore(SessionStore):
                 raise StoreError(f"{self.label}: {exc}") from exc
         raise AssertionError("unreachable")
 
-    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """One statement's rows, in a transaction of its own."""
         return await self._run(lambda con: con.fetch(sql, *args))
+
+    _fetch = fetch
 
     async def _execute(self, sql: str, *args: Any) -> None:
         await self._run(lambda con: con.execute(sql, *args))
@@ -150,7 +161,13 @@ class PostgresSessionStore(SessionStore):
             elif session_id is not None:
                 self._live.forget(session_id)
         task.add_done_callback(settled)
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                self._orphans.add(task)
+                task.add_done_callback(self._orphans.discard)
+            raise
 
     # --- sessions and chains ---------------------------------------------------------
     async def live_session(self, chat_key: str) -> SessionRecord | None:
@@ -262,9 +279,10 @@ class PostgresSessionStore(SessionStore):
 
     async def search(self, query: str, chat_key: str | None = None,
                      limit: int = 50) -> list[SearchHit]:
-        if not any(ch.isalnum() for ch in query):
+        match = q.ts_query(query)
+        if match is None:
             return []
-        found = await self._fetch(q.SEARCH, query, chat_key, limit)
+        found = await self._fetch(q.SEARCH, match, chat_key, limit)
         return [rows.search_hit(row) for row in found]
 
     # --- the inbound ledger ----------------------------------------------------------
@@ -308,8 +326,8 @@ class PostgresSessionStore(SessionStore):
         found = await self._fetch(q.INBOUND_BY_IDS, list(inbound_ids))
         return [rows.inbound_record(row) for row in found]
 
-    async def open_inbound(self) -> list[InboundRecord]:
-        return [rows.inbound_record(row) for row in await self._fetch(q.OPEN_INBOUND)]
+    async def open_inbound(self, chat_key: str | None = None) -> list[InboundRecord]:
+        return [rows.inbound_record(row) for row in await self._fetch(q.OPEN_INBOUND, chat_key)]
 
     # --- deliveries ------------------------------------------------------------------
     async def deliveries(self, inbound_id: int) -> list[Delivery]:

@@ -284,7 +284,8 @@ INGEST = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, s
 _ONE_INBOUND = "WHERE platform = ? AND chat_id = ? AND message_id = ?"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
 INBOUND_BY_IDS = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id {IN_IDS} ORDER BY received_at, id"
-OPEN_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN} ORDER BY received_at, id"
+OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
+                " AND (?1 IS NULL OR chat_key = ?1) ORDER BY received_at, id")
 # The columns `rows.usage_totals` reads, summed over the selected usage rows.
 _USAGE_SUMS = ("COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),"
                " COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),"

@@ -315,9 +315,10 @@ class SqliteSessionStore(SessionStore):
         return await self._read(
             lambda db: q.fetch_all(db, q.INBOUND_BY_IDS, (ids,), rows.inbound_record))
 
-    async def open_inbound(self) -> list[InboundRecord]:
+    async def open_inbound(self, chat_key: str | None = None) -> list[InboundRecord]:
         return await self._read(
-            lambda db: q.fetch_all(db, q.OPEN_INBOUND, (), rows.inbound_record), heavy=True)
+            lambda db: q.fetch_all(db, q.OPEN_INBOUND, (chat_key,), rows.inbound_record),
+            heavy=chat_key is None)
 
     # --- deliveries ------------------------------------------------------------------
     async def deliveries(self, inbound_id: int) -> list[Delivery]:

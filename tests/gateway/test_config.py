@@ -284,3 +284,12 @@ def test_run_needs_a_platform(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "platforms: {console: {enabled: false}}\n"), env={})
     with pytest.raises(ConfigError, match=r"config.yaml: platforms: no platform is enabled"):
         require_platforms(cfg)
+
+
+def test_storage_url_takes_postgresql_only_and_its_password_is_a_secret(tmp_path: Path) -> None:
+    message = error_of(tmp_path, "storage:\n  url: mysql://u:p@db/x\n")
+    assert "storage.url" in message and "postgresql://" in message
+    text = "storage:\n  url: postgresql://tl:${DB_PASSWORD}@db.internal:5432/threadline\n"
+    config = load_config(write(tmp_path, text), env={"DB_PASSWORD": "s3cr3t-pw"})
+    assert config.storage.url == "postgresql://tl:s3cr3t-pw@db.internal:5432/threadline"
+    assert "s3cr3t-pw" in config.secret_values()  # masked in every log line

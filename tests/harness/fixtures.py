@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -12,6 +14,7 @@ from tests.harness.fake_anthropic import FakeAnthropic
 from tests.harness.fake_discord import FakeDiscord, patched_endpoints
 from tests.harness.fake_openai import FakeOpenAI
 from tests.harness.fake_telegram import FakeTelegram
+from tests.harness.postgres import PostgresServer
 
 T = TypeVar("T")
 
@@ -68,6 +71,25 @@ async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole session; missing binaries fail, never skip.
+
+    Synchronous on purpose: event loops are per test, and this outlives all of them."""
+    server = PostgresServer(Path(tempfile.mkdtemp(prefix="threadline-pg-")))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a new, empty database of its own on the session's server."""
+    return await postgres_server.fresh_database()
 
 
 @pytest.fixture

@@ -1,25 +1,22 @@
-"""The SQLite store: opening and migrating, message round trips, sessions, the inbound ledger."""
+"""The store contract on both backends (message round trips, sessions, the inbound ledger,
+settings), and the SQLite file's own rules: creating and migrating it, damage, backups."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from storage.base import SessionStore
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, NewMessage, OutChunk, TurnRecord, UsageRecord
+from storage.postgres import schema as postgres_schema
 from storage.sqlite import SqliteSessionStore, schema
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
-    async with SqliteSessionStore(tmp_path / "data" / "threadline.db") as opened:
-        yield opened
+from tests.harness.store import Backend
 
 
 def msg(role: str, content: Any = "", **meta: Any) -> NewMessage:
@@ -39,18 +36,27 @@ async def test_fresh_database_is_created_with_its_directory_and_current_schema(
     assert {"sessions", "messages", "usage", "inbound", "chats", "messages_fts"} <= tables
 
 
-async def test_reopening_keeps_data_and_schema(tmp_path: Path) -> None:
-    path = tmp_path / "t.db"
-    async with SqliteSessionStore(path) as first:
+async def recorded_and_current_schema(backend: Backend) -> tuple[list[Any], list[Any]]:
+    """Each backend records its schema its own way: SQLite one version number, PostgreSQL
+    one row per version applied (so a version applied twice would show)."""
+    if backend.name == "sqlite":
+        return await backend.query("PRAGMA user_version"), [(schema.SCHEMA_VERSION,)]
+    return (await backend.query("SELECT version FROM schema_version ORDER BY version"),
+            [(v,) for v in range(1, postgres_schema.SCHEMA_VERSION + 1)])
+
+
+async def test_reopening_keeps_data_and_schema(backend: Backend) -> None:
+    await backend.prepare()
+    async with backend.store() as first:
         session = await first.create_root_session("console:1", model="m", system_prompt="be kind")
         await first.append_messages(session.id, [msg("user", "remember me")])
-    async with SqliteSessionStore(path) as second:
+    async with backend.store() as second:
         live = await second.live_session("console:1")
         assert live is not None and live.id == session.id
         assert [m.message["content"] for m in await second.load_history(session.id)] == [
             "remember me"]
-    with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    recorded, current = await recorded_and_current_schema(backend)
+    assert recorded == current
 
 
 async def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
@@ -102,7 +108,7 @@ def _file(path: Path, data: bytes = b"x") -> Path:
 
 
 async def test_shutdown_is_idempotent_and_later_calls_say_the_store_is_closed(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     await store.shutdown()
     await store.shutdown()
     with pytest.raises(StoreError, match="not open"):
@@ -127,7 +133,7 @@ ROUND_TRIP = [
 ]
 
 
-async def test_history_round_trips_exactly_with_its_metadata(store: SqliteSessionStore) -> None:
+async def test_history_round_trips_exactly_with_its_metadata(store: SessionStore) -> None:
     session = await store.create_root_session("console:1", model="m", system_prompt="s")
     new = [NewMessage(m, tokens=i * 10, platform_message_id=f"p{i}" if i == 1 else None,
                       answered=False if i == 1 else None, sender_id="u1" if i == 1 else None,
@@ -146,7 +152,7 @@ async def test_history_round_trips_exactly_with_its_metadata(store: SqliteSessio
     assert [a.message for a in appended] == ROUND_TRIP
 
 
-async def test_appends_continue_the_sequence(store: SqliteSessionStore) -> None:
+async def test_appends_continue_the_sequence(store: SessionStore) -> None:
     session = await store.create_root_session(
         "console:1", model=None, system_prompt=None, system_message=msg("system", "sys"))
     await store.append_messages(session.id, [msg("user", "a")])
@@ -159,7 +165,7 @@ async def test_appends_continue_the_sequence(store: SqliteSessionStore) -> None:
 
 
 async def test_a_message_without_a_role_or_not_json_is_refused(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     session = await store.create_root_session("console:1", model=None, system_prompt=None)
     with pytest.raises(StoreError, match="role"):
         await store.append_messages(session.id, [NewMessage({"content": "x"})])
@@ -170,7 +176,7 @@ async def test_a_message_without_a_role_or_not_json_is_refused(
 
 # --- sessions ----------------------------------------------------------------------------
 async def test_reset_then_new_root_gives_the_chat_a_fresh_live_session(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     assert await store.live_session("telegram:42") is None
     first = await store.create_root_session("telegram:42", model="m", system_prompt="s")
     assert (await store.live_session("telegram:42")) == first
@@ -187,7 +193,7 @@ async def test_reset_then_new_root_gives_the_chat_a_fresh_live_session(
 
 
 async def test_end_session_refuses_compression_and_unknown_ids(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     session = await store.create_root_session("console:1", model=None, system_prompt=None)
     with pytest.raises(StoreError, match="record_turn"):
         await store.end_session(session.id, "compression")
@@ -196,7 +202,7 @@ async def test_end_session_refuses_compression_and_unknown_ids(
 
 
 async def test_the_last_turn_of_a_reset_session_may_still_complete(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     session = await store.create_root_session("console:1", model=None, system_prompt=None)
     await store.end_session(session.id, "reset")
     await store.record_turn(session.id, TurnRecord(after=(msg("assistant", "late reply"),)))
@@ -207,7 +213,7 @@ async def test_the_last_turn_of_a_reset_session_may_still_complete(
             compaction=Compaction(messages=(msg("system", "summary"),))))
 
 
-async def test_engine_state_and_prompt_tokens_are_saved(store: SqliteSessionStore) -> None:
+async def test_engine_state_and_prompt_tokens_are_saved(store: SessionStore) -> None:
     session = await store.create_root_session("console:1", model=None, system_prompt=None)
     await store.save_engine_state(session.id, {"previous_summary": "s", "strikes": 1}, 1234)
     await store.save_engine_state(session.id, {"strikes": 2})
@@ -216,7 +222,7 @@ async def test_engine_state_and_prompt_tokens_are_saved(store: SqliteSessionStor
     assert record.engine_state == {"strikes": 2} and record.last_prompt_tokens == 1234
 
 
-async def test_list_sessions_counts_messages_and_tokens(store: SqliteSessionStore) -> None:
+async def test_list_sessions_counts_messages_and_tokens(store: SessionStore) -> None:
     session = await store.create_root_session("console:1", model=None, system_prompt=None)
     await store.record_turn(session.id, TurnRecord(
         before=(msg("user", "q"), msg("assistant", "a")),
@@ -227,14 +233,14 @@ async def test_list_sessions_counts_messages_and_tokens(store: SqliteSessionStor
 
 
 # --- the inbound ledger ------------------------------------------------------------------
-async def _ingest(store: SqliteSessionStore, message_id: str, text: str = "hi",
+async def _ingest(store: SessionStore, message_id: str, text: str = "hi",
                   chat_id: str = "42") -> Any:
     return await store.ingest(platform="telegram", chat_id=chat_id, message_id=message_id,
                               chat_key=f"telegram:{chat_id}", text=text, sender_id="u1",
                               sender_name="Ada", extra={"is_group": False})
 
 
-async def test_a_redelivered_message_is_recorded_once(store: SqliteSessionStore) -> None:
+async def test_a_redelivered_message_is_recorded_once(store: SessionStore) -> None:
     first = await _ingest(store, "7")
     assert first is not None and first.status == "pending" and first.extra == {"is_group": False}
     assert await _ingest(store, "7", text="again") is None
@@ -242,7 +248,7 @@ async def test_a_redelivered_message_is_recorded_once(store: SqliteSessionStore)
     assert [r.text for r in await store.open_inbound()] == ["hi", "hi"]
 
 
-async def test_inbound_goes_pending_taken_answered(store: SqliteSessionStore) -> None:
+async def test_inbound_goes_pending_taken_answered(store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
     one, two = await _ingest(store, "1", "first"), await _ingest(store, "2", "second")
     stored = await store.take_inbound(
@@ -265,7 +271,7 @@ async def test_inbound_goes_pending_taken_answered(store: SqliteSessionStore) ->
     assert [h.answered for h in history] == [True, False, None]
 
 
-async def test_a_finished_ledger_row_never_changes_again(store: SqliteSessionStore) -> None:
+async def test_a_finished_ledger_row_never_changes_again(store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
     row = await _ingest(store, "1", "question")
     await store.take_inbound([row.id], session.id, [msg("user", "question")])
@@ -277,18 +283,22 @@ async def test_a_finished_ledger_row_never_changes_again(store: SqliteSessionSto
     assert [h.answered for h in await store.load_history(session.id)] == [True]
 
 
-async def test_two_stores_opening_a_new_chat_at_once_share_one_root(tmp_path) -> None:
-    path = tmp_path / "shared.db"
-    async with SqliteSessionStore(path) as first, SqliteSessionStore(path) as second:
+async def test_two_stores_opening_a_new_chat_at_once_share_one_root(backend: Backend) -> None:
+    await backend.prepare()
+    async with backend.store() as first, backend.store() as second:
         opened = await asyncio.gather(*[
             s.open_session("telegram:7", model=None, system_prompt=None)
-            for s in (first, second, first, second)])
+            for s in (first, second) * 8])
         assert len({s.id for s in opened}) == 1
         assert len(await first.list_sessions("telegram:7")) == 1
+    assert await backend.query("SELECT id FROM sessions WHERE chat_key = ?",
+                               "telegram:7") == [(opened[0].id,)]
+    assert await backend.query("SELECT session_id FROM chats WHERE chat_key = ?",
+                               "telegram:7") == [(opened[0].id,)]
 
 
 async def test_coalesced_inbound_rows_link_to_the_merged_message(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
     rows = [await _ingest(store, str(i)) for i in range(3)]
     [merged] = await store.take_inbound([r.id for r in rows], session.id,
@@ -297,7 +307,7 @@ async def test_coalesced_inbound_rows_link_to_the_merged_message(
 
 
 async def test_taking_a_row_twice_is_refused_and_appends_nothing(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
     row = await _ingest(store, "1")
     await store.take_inbound([row.id], session.id, [msg("user", "hi")])
@@ -306,7 +316,7 @@ async def test_taking_a_row_twice_is_refused_and_appends_nothing(
     assert len(await store.load_history(session.id)) == 1
 
 
-async def test_an_edit_replaces_text_only_while_pending(store: SqliteSessionStore) -> None:
+async def test_an_edit_replaces_text_only_while_pending(store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
     row = await _ingest(store, "1", "helo")
     assert await store.update_inbound_text("telegram", "42", "1", "hello") == "pending"
@@ -317,7 +327,7 @@ async def test_an_edit_replaces_text_only_while_pending(store: SqliteSessionStor
 
 
 async def test_finish_inbound_closes_rows_that_never_became_a_turn(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     command, ignored = await _ingest(store, "1", "/help"), await _ingest(store, "2", "spam")
     await store.finish_inbound([command.id], "answered")
     await store.finish_inbound([ignored.id], "failed")
@@ -327,7 +337,7 @@ async def test_finish_inbound_closes_rows_that_never_became_a_turn(
 
 
 async def test_a_reply_counts_as_answered_when_its_last_chunk_is_out(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
     one, two = await _ingest(store, "1", "first"), await _ingest(store, "2", "second")
     await store.take_inbound([one.id, two.id], session.id,
@@ -349,19 +359,21 @@ async def test_a_reply_counts_as_answered_when_its_last_chunk_is_out(
 
 
 # --- settings kept between runs ----------------------------------------------------------
-async def test_a_setting_is_kept_replaced_and_survives_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "threadline.db"
-    async with SqliteSessionStore(path) as store:
+async def test_a_setting_is_kept_replaced_and_survives_reopening(backend: Backend) -> None:
+    await backend.prepare()
+    async with backend.store() as store:
         assert await store.get_setting("commands:discord") is None
         await store.put_setting("commands:discord", "abc")
         await store.put_setting("commands:discord", "def")
         await store.put_setting("other", "x")
-    async with SqliteSessionStore(path) as store:
+    async with backend.store() as store:
         assert await store.get_setting("commands:discord") == "def"
         assert await store.get_setting("other") == "x"
 
 
-# --- a damaged file, unclean exits, backups ----------------------------------------------
+# --- a damaged file, unclean exits, backups: SQLite's file only ---------------------------
+# PostgreSQL recovers from a crash by itself (begin_run() is always False there) and is
+# backed up with pg_dump (backup() raises StoreError), so these run on SQLite alone.
 async def filled(path: Path, turns: int = 30) -> None:
     async with SqliteSessionStore(path) as store:
         session = await store.create_root_session("console:local", model="m", system_prompt="s")

@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
+import asyncpg
 import pytest
 
+from storage.base import SessionStore
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, TurnRecord, UsageRecord
-from storage.sqlite import SqliteSessionStore
-from tests.harness.store import CHAT, compacted_turn, grow_chain, msg, raw, root, snapshot
+from tests.harness.store import CHAT, Backend, compacted_turn, grow_chain, msg, root
 
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
-    async with SqliteSessionStore(tmp_path / "threadline.db") as opened:
-        yield opened
-
+# What each backend raises when a row breaks the one-continuation unique index.
+UNIQUE_VIOLATION = (sqlite3.IntegrityError, asyncpg.UniqueViolationError)
 
 # --- one transaction ---------------------------------------------------------------------
 async def test_compaction_ends_the_parent_and_starts_the_linked_child(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore, backend: Backend) -> None:
     parent = await root(store)
     row = await store.ingest(platform="telegram", chat_id="42", message_id="9", chat_key=CHAT,
                              text="question", sender_id="u", sender_name="Ada")
@@ -43,9 +38,8 @@ async def test_compaction_ends_the_parent_and_starts_the_linked_child(
     assert (child.model, child.system_prompt, child.compression_count) == (
         "gpt-x", "be brief", 1)
     assert (child.engine_state, child.last_prompt_tokens) == ({"strikes": 0}, 321)
-    with raw(store) as db:
-        assert db.execute("SELECT session_id FROM chats WHERE chat_key = ?",
-                          (CHAT,)).fetchone() == (child.id,)
+    assert await backend.query("SELECT session_id FROM chats WHERE chat_key = ?",
+                               CHAT) == [(child.id,)]
     assert (await store.live_session(CHAT)) == child
     assert [(m.seq, m.message["content"]) for m in await store.load_history(child.id)] == [
         (0, "be brief"), (1, "[summary]"), (2, "after the squeeze")]
@@ -63,7 +57,7 @@ async def test_compaction_ends_the_parent_and_starts_the_linked_child(
 
 
 async def test_a_copy_in_the_continuation_keeps_its_metadata_and_takes_the_answer(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     parent = await root(store)
     row = await store.ingest(platform="telegram", chat_id="42", message_id="9", chat_key=CHAT,
                              text="question", sender_id="u", sender_name="Ada")
@@ -85,25 +79,26 @@ async def test_a_copy_in_the_continuation_keeps_its_metadata_and_takes_the_answe
     assert original.id == taken.id and original.answered is False
 
 
-async def test_a_failing_turn_writes_nothing_at_all(store: SqliteSessionStore) -> None:
+async def test_a_failing_turn_writes_nothing_at_all(store: SessionStore,
+                                                    backend: Backend) -> None:
     parent = await root(store)
-    before = snapshot(store)
+    before = await backend.snapshot()
     bad = TurnRecord(before=(msg("assistant", "fine"),),
                      compaction=Compaction(messages=(msg("user", "summary"),)),
                      after=(msg("assistant", [object()]),))  # not JSON: fails last
     with pytest.raises(StoreError):
         await store.record_turn(parent.id, bad)
-    assert snapshot(store) == before
+    assert await backend.snapshot() == before
     assert (await store.live_session(CHAT)) == parent
 
 
 async def test_a_second_continuation_of_the_same_parent_is_refused_and_writes_nothing(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore, backend: Backend) -> None:
     parent = await root(store)
     row = await store.ingest(platform="telegram", chat_id="42", message_id="1", chat_key=CHAT,
                              text="x", sender_id=None, sender_name=None)
     await store.record_turn(parent.id, compacted_turn("first"))
-    before = snapshot(store)
+    before = await backend.snapshot()
     second = TurnRecord(before=(msg("assistant", "fork?"),),
                         compaction=Compaction(messages=(msg("user", "other summary"),)),
                         replied=(row.id,),
@@ -112,25 +107,25 @@ async def test_a_second_continuation_of_the_same_parent_is_refused_and_writes_no
         await store.record_turn(parent.id, second)
     with pytest.raises(ContinuationConflict):  # plain appends go to the continuation too
         await store.append_messages(parent.id, [msg("user", "late")])
-    assert snapshot(store) == before
+    assert await backend.snapshot() == before
 
 
 async def test_the_unique_index_is_the_final_guard_against_a_fork(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore, backend: Backend) -> None:
     parent = await root(store)
-    with raw(store) as db:  # a child written behind the store's back, parent still live
-        db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at)"
-                   " VALUES ('intruder', ?, ?, 'compression', 1)", (CHAT, parent.id))
-        with pytest.raises(sqlite3.IntegrityError):
-            db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
-                       " started_at) VALUES ('second', ?, ?, 'compression', 1)",
-                       (CHAT, parent.id))
+    insert_child = ("INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at)"
+                    " VALUES (?, ?, ?, 'compression', 1)")
+    # A child written behind the store's back, parent still live: the database itself
+    # refuses a second one.
+    await backend.query(insert_child, "intruder", CHAT, parent.id)
+    with pytest.raises(UNIQUE_VIOLATION, match="(?i)unique"):
+        await backend.query(insert_child, "second", CHAT, parent.id)
     with pytest.raises(ContinuationConflict):
         await store.record_turn(parent.id, compacted_turn())
 
 
 async def test_a_stale_compaction_carries_over_the_turns_it_did_not_see(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     parent = await root(store)  # 1 message: the system prompt
     await store.append_messages(parent.id, [msg("user", "q1"), msg("assistant", "a1")])
     seen = 3  # an operator's compaction is computed from these three ...
@@ -151,7 +146,7 @@ async def test_a_stale_compaction_carries_over_the_turns_it_did_not_see(
     assert [h.session_id for h in await store.search("q2")] == [parent.id, child.id]
 
 
-async def test_an_up_to_date_compaction_carries_nothing(store: SqliteSessionStore) -> None:
+async def test_an_up_to_date_compaction_carries_nothing(store: SessionStore) -> None:
     parent = await root(store)
     await store.append_messages(parent.id, [msg("user", "q1")])
     child = await store.record_turn(parent.id, TurnRecord(
@@ -161,19 +156,19 @@ async def test_an_up_to_date_compaction_carries_nothing(store: SqliteSessionStor
 
 
 async def test_a_compaction_claiming_unseen_history_is_refused(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore, backend: Backend) -> None:
     parent = await root(store)
-    before = snapshot(store)
+    before = await backend.snapshot()
     with pytest.raises(StoreError, match="covers 5 messages"):
         await store.record_turn(parent.id, TurnRecord(
             compaction=Compaction(messages=(msg("user", "summary"),), covers=5)))
-    assert snapshot(store) == before
+    assert await backend.snapshot() == before
 
 
 # --- the tip and the chain ---------------------------------------------------------------
 @pytest.mark.parametrize("depth", [0, 1, 25])
 async def test_tip_is_the_last_continuation_from_anywhere_in_the_chain(
-        store: SqliteSessionStore, depth: int) -> None:
+        store: SessionStore, depth: int) -> None:
     ids = await grow_chain(store, depth)
     for session_id in ids:
         assert await store.get_compression_tip(session_id) == ids[-1]
@@ -182,18 +177,17 @@ async def test_tip_is_the_last_continuation_from_anywhere_in_the_chain(
     assert live is not None and live.id == ids[-1] and live.compression_count == depth
 
 
-async def test_tip_of_an_unknown_id_is_that_id(store: SqliteSessionStore) -> None:
+async def test_tip_of_an_unknown_id_is_that_id(store: SessionStore) -> None:
     assert await store.get_compression_tip("nobody") == "nobody"
     assert await store.chain("nobody") == []
 
 
-async def test_tip_never_follows_a_branch(store: SqliteSessionStore) -> None:
+async def test_tip_never_follows_a_branch(store: SessionStore, backend: Backend) -> None:
     first, second = await grow_chain(store, 1)
-    with raw(store) as db:
-        for branch, parent in (("branch-a", first), ("branch-b", second)):
-            db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
-                       " started_at) VALUES (?, ?, ?, 'branch', ?)",
-                       (branch, CHAT, parent, time.time() + 10))
+    for branch, parent in (("branch-a", first), ("branch-b", second)):
+        await backend.query("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
+                            " started_at) VALUES (?, ?, ?, 'branch', ?)",
+                            branch, CHAT, parent, time.time() + 10)
     assert await store.get_compression_tip(first) == second
     assert await store.get_compression_tip(second) == second
     assert await store.get_compression_tip("branch-a") == "branch-a"
@@ -202,23 +196,25 @@ async def test_tip_never_follows_a_branch(store: SqliteSessionStore) -> None:
 
 
 async def test_tip_follows_only_sessions_that_ended_by_compression(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore, backend: Backend) -> None:
     parent = await root(store)
     await store.end_session(parent.id, "reset")
-    with raw(store) as db:  # a compression-kind child of a reset session is not followed
-        db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind, started_at)"
-                   " VALUES ('stray', ?, ?, 'compression', 1)", (CHAT, parent.id))
+    # A compression-kind child of a reset session is not followed.
+    await backend.query("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
+                        " started_at) VALUES ('stray', ?, ?, 'compression', 1)",
+                        CHAT, parent.id)
     assert await store.get_compression_tip(parent.id) == parent.id
     assert await store.live_session(CHAT) is None  # the chat's session ended: /new
 
 
-async def test_a_cycle_written_by_hand_still_terminates(store: SqliteSessionStore) -> None:
-    with raw(store) as db:  # foreign keys are off on this plain connection
-        for sid, parent in (("a", "b"), ("b", "a")):
-            db.execute("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
-                       " end_reason, started_at, ended_at)"
-                       " VALUES (?, ?, ?, 'compression', 'compression', 1, 2)",
-                       (sid, CHAT, parent))
+async def test_a_cycle_written_by_hand_still_terminates(store: SessionStore,
+                                                       backend: Backend) -> None:
+    # One statement for both rows: each names the other as parent, and both backends
+    # check a (non-deferred) foreign key at the end of the statement, not per row.
+    await backend.query("INSERT INTO sessions (id, chat_key, parent_session_id, kind,"
+                        " end_reason, started_at, ended_at)"
+                        " VALUES ('a', ?, 'b', 'compression', 'compression', 1, 2),"
+                        " ('b', ?, 'a', 'compression', 'compression', 1, 2)", CHAT, CHAT)
     started = time.perf_counter()
     assert await store.get_compression_tip("a") in {"a", "b"}
     assert {s.id for s in await store.chain("a")} == {"a", "b"}
@@ -228,7 +224,7 @@ async def test_a_cycle_written_by_hand_still_terminates(store: SqliteSessionStor
 
 # --- usage over a chain ------------------------------------------------------------------
 async def test_usage_totals_cover_the_whole_chain_and_nothing_else(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     ids = await grow_chain(store, 3)  # each compaction books 10 in / 2 out on its parent
     await store.record_usage(ids[0], UsageRecord("m", "chat", input_tokens=1000, output_tokens=100,
                                                     cache_read_tokens=5, cache_write_tokens=6,

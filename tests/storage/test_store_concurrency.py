@@ -7,63 +7,58 @@ import contextlib
 import os
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from storage.base import SessionStore
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import SessionRecord, TurnRecord
 from storage.sqlite import SqliteSessionStore
-from tests.harness.store import CHAT, compacted_turn, msg, raw, root
+from tests.harness.store import CHAT, Backend, compacted_turn, msg, raw, root
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
-    async with SqliteSessionStore(tmp_path / "threadline.db") as opened:
-        yield opened
-
-
 # --- racing compactions ------------------------------------------------------------------
-async def _race(stores: list[SqliteSessionStore], parent_id: str) -> list[Any]:
+async def _race(stores: list[SessionStore], parent_id: str) -> list[Any]:
     return await asyncio.gather(
         *(s.record_turn(parent_id, compacted_turn(str(i))) for i, s in enumerate(stores)),
         return_exceptions=True)
 
 
-async def _assert_one_winner(store: SqliteSessionStore, parent_id: str,
+async def _assert_one_winner(store: SessionStore, backend: Backend, parent_id: str,
                              results: list[Any]) -> None:
     winners = [r for r in results if isinstance(r, SessionRecord)]
     losers = [r for r in results if isinstance(r, ContinuationConflict)]
     assert (len(winners), len(losers)) == (1, len(results) - 1), results
-    with raw(store) as db:
-        children = db.execute("SELECT id FROM sessions WHERE parent_session_id = ?",
-                              (parent_id,)).fetchall()
-        answers = db.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?"
-                             " AND content LIKE 'answer %'", (parent_id,)).fetchone()[0]
+    children = await backend.query("SELECT id FROM sessions WHERE parent_session_id = ?",
+                                   parent_id)
+    [(answers,)] = await backend.query("SELECT COUNT(*) FROM messages WHERE session_id = ?"
+                                       " AND content LIKE 'answer %'", parent_id)
     assert children == [(winners[0].id,)] and answers == 1
     assert await store.get_compression_tip(parent_id) == winners[0].id
 
 
 async def test_racing_compactions_in_one_process_make_exactly_one_continuation(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore, backend: Backend) -> None:
     for _ in range(5):
         parent = await root(store)
-        await _assert_one_winner(store, parent.id, await _race([store] * 3, parent.id))
+        await _assert_one_winner(store, backend, parent.id,
+                                 await _race([store] * 3, parent.id))
 
 
 async def test_racing_compactions_from_two_store_objects_make_exactly_one_continuation(
-        store: SqliteSessionStore) -> None:
-    async with SqliteSessionStore(store.path) as other:
+        store: SessionStore, backend: Backend) -> None:
+    async with backend.store() as other:  # another process: its own connection or pool
         for _ in range(5):
             parent = await root(store)
-            await _assert_one_winner(store, parent.id,
+            await _assert_one_winner(store, backend, parent.id,
                                      await _race([store, other, store, other], parent.id))
 
-# --- a busy file and cancelled callers ---------------------------------------------------
+
+# --- a busy SQLite file (PostgreSQL has no file lock) ---------------------------------------
 async def test_a_briefly_locked_file_is_retried_until_it_frees(tmp_path: Path) -> None:
     async with SqliteSessionStore(tmp_path / "t.db", busy_timeout_ms=50,
                                   lock_retries=5) as store:
@@ -90,14 +85,15 @@ async def test_a_file_locked_for_too_long_gives_a_store_error(tmp_path: Path) ->
         assert len(await store.load_history(session.id)) == 1  # usable again
 
 
+# --- cancelled callers -------------------------------------------------------------------
 async def test_a_cancelled_caller_does_not_cut_a_continuation_in_half(
-        store: SqliteSessionStore) -> None:
+        store: SessionStore) -> None:
     for ticks in range(12):  # cancel at successive points of the transaction
         parent = await root(store, chat=f"console:{ticks}")
         turn = asyncio.create_task(store.record_turn(parent.id, compacted_turn()))
         for _ in range(ticks):
             await asyncio.sleep(0)
-        turn.cancel()  # the work runs in the store's thread: it may already be done
+        turn.cancel()  # the store finishes or undoes its transaction: it may be done
         with contextlib.suppress(asyncio.CancelledError):
             await turn
         chain = await store.chain(parent.id)
@@ -114,10 +110,14 @@ async def test_a_cancelled_caller_does_not_cut_a_continuation_in_half(
 WRITER = """
 import asyncio, sys
 from storage.models import Compaction, NewMessage, TurnRecord
+from storage.postgres import PostgresSessionStore
 from storage.sqlite import SqliteSessionStore
 
 async def main():
-    async with SqliteSessionStore(sys.argv[1]) as store:
+    target = sys.argv[1]
+    opened = (PostgresSessionStore(target) if target.startswith("postgresql://")
+              else SqliteSessionStore(target))
+    async with opened as store:
         live = await store.live_session("telegram:42")
         if live is None:
             live = await store.create_root_session("telegram:42", model="m", system_prompt="s")
@@ -134,24 +134,26 @@ asyncio.run(main())
 """
 
 
-async def test_kill_9_mid_compaction_leaves_a_consistent_chain(tmp_path: Path) -> None:
-    path = tmp_path / "killed.db"
+async def test_kill_9_mid_compaction_leaves_a_consistent_chain(
+        backend: Backend, tmp_path: Path) -> None:
+    await backend.prepare()
+    target = backend.url or str(backend.path)
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     for round_ in range(3):
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), str(path), cwd=REPO, stdout=asyncio.subprocess.PIPE,
+            sys.executable, str(script), target, cwd=REPO, stdout=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO)})
         assert proc.stdout is not None
         for _ in range(3 + 2 * round_):  # let a few compactions commit, then kill mid-flight
             assert await asyncio.wait_for(proc.stdout.readline(), 30)
         proc.kill()
         await proc.wait()
-        await _assert_consistent(path)
+        await _assert_consistent(backend)
 
 
-async def _assert_consistent(path: Path) -> None:
-    async with SqliteSessionStore(path) as store:
+async def _assert_consistent(backend: Backend) -> None:
+    async with backend.store() as store:
         live = await store.live_session(CHAT)
         assert live is not None
         chain = await store.chain(live.id)
@@ -163,6 +165,8 @@ async def _assert_consistent(path: Path) -> None:
             history = await store.load_history(child.id)
             assert history and history[0].message["content"].startswith("summary")
         assert [s.live for s in chain].count(True) == 1
-    with sqlite3.connect(path) as db:
+    if backend.name != "sqlite":
+        return  # PostgreSQL rolled the killed client's transaction back; no file to check
+    with contextlib.closing(sqlite3.connect(backend.path)) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")

@@ -1,0 +1,128 @@
+"""`threadline migrate` copies a SQLite store into PostgreSQL whole: the same tips, search
+hits and /usage answers on both sides (issue 18, acceptance 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage.base import SessionStore
+from storage.models import Compaction, OutChunk, TurnRecord, UsageRecord
+from storage.postgres import PostgresSessionStore
+from storage.sqlite import SqliteSessionStore
+from tests.harness.cli import threadline
+from tests.harness.gateway import close, config_for, started_gateway, write_config
+from tests.harness.platform import RecordingPlatform
+from tests.harness.store import msg
+
+CHAINS = 100
+
+
+def _turn(chat: int, step: int, compact: bool) -> TurnRecord:
+    usage = (UsageRecord("fake-model", "chat", input_tokens=100 + chat, output_tokens=step + 1,
+                         cache_read_tokens=chat % 7),
+             UsageRecord("summary-model", "summary", input_tokens=chat, output_tokens=2))
+    compaction = (Compaction(messages=(msg("system", "be brief"),
+                                       msg("user", f"summary {chat}.{step} otter{chat}")),
+                             engine_state={"previous_summary": f"s{chat}.{step}"})
+                  if compact else None)
+    return TurnRecord(before=(msg("user", f"question {step} about walrus{chat}"),
+                              msg("assistant", f"answer {step}")),
+                      compaction=compaction, usage=usage)
+
+
+async def _fill(store: SessionStore) -> list[list[str]]:
+    """100 chains of depth 0-3, each with usage, a searchable word and a delivered reply."""
+    chains = []
+    for chat in range(CHAINS):
+        session = await store.open_session(f"test:{chat}", model="fake-model",
+                                           system_prompt="be brief",
+                                           system_message=msg("system", "be brief"))
+        ids = [session.id]
+        for step in range(chat % 4):
+            ids.append((await store.record_turn(ids[-1], _turn(chat, step, True))).id)
+        row = await store.ingest(platform="test", chat_id=str(chat), message_id="m1",
+                                 chat_key=f"test:{chat}", text="last", sender_id="u",
+                                 sender_name="Ada")
+        assert row is not None
+        await store.take_inbound([row.id], ids[-1], [msg("user", "last")])
+        await store.record_turn(ids[-1], TurnRecord(
+            before=(msg("assistant", "reply"),), replied=(row.id,),
+            delivery=(OutChunk("reply"),), usage=_turn(chat, 9, False).usage))
+        await store.mark_delivered(row.id, 0, "p1")
+        chains.append(ids)
+    return chains
+
+
+async def _answers(store: SessionStore, chains: list[list[str]]) -> list[object]:
+    out: list[object] = []
+    for ids in chains:
+        out.append([await store.get_compression_tip(i) for i in ids])
+        out.append(await store.usage_by_model(ids[0]))
+        out.append([(s.id, s.end_reason, s.message_count) for s in await store.chain(ids[0])])
+    for word in ("walrus17", "otter42", "question"):
+        out.append(sorted((h.session_id, h.seq) for h in await store.search(word, limit=500)))
+    out.append(await store.open_inbound())
+    return out
+
+
+async def _usage_replies(tmp_path: Path, base_url: str, storage: dict[str, str]) -> list[str]:
+    platform = RecordingPlatform()
+    gateway = await started_gateway(config_for(tmp_path, base_url, storage=storage), [platform])
+    try:
+        for n, chat in enumerate((3, 42, 99), start=1):
+            await platform.say("/usage", chat_id=str(chat), message_id=f"u{chat}")
+            await platform.wait_delivered(n)
+    finally:
+        await close(gateway)
+    return platform.texts()
+
+
+async def test_migrate_round_trips_chains_search_and_usage(tmp_path, postgres_url, fake_openai
+                                                           ) -> None:
+    source = tmp_path / "old.db"
+    async with SqliteSessionStore(source) as sqlite:
+        chains = await _fill(sqlite)
+        expected = await _answers(sqlite, chains)
+
+    config = str(write_config(tmp_path, storage={"path": str(source)}))
+    ran = await threadline("migrate", "--to", postgres_url, "--config", config, home=tmp_path)
+    assert ran.code == 0, ran.err
+    assert f"{CHAINS} chats" in ran.out and "row counts equal" in ran.out, ran.out
+
+    async with PostgresSessionStore(postgres_url) as pg:
+        assert await _answers(pg, chains) == expected
+        # New rows continue after the copied ids instead of colliding with them.
+        row = await pg.ingest(platform="test", chat_id="new", message_id="1",
+                              chat_key="test:new", text="hi", sender_id=None, sender_name=None)
+        assert row is not None and row.id > CHAINS
+        await pg.finish_inbound([row.id], "failed")
+
+    # The shell and /usage read the same answers from either database.
+    for sub in ("pg", "a", "b"):
+        (tmp_path / sub).mkdir()
+    pg_config = str(write_config(tmp_path / "pg", storage={"url": postgres_url}))
+    for cfg in (config, pg_config):
+        args = ("--config", cfg)
+        tip = await threadline("sessions", "tip", chains[7][0], *args, home=tmp_path)
+        assert tip.out.strip() == chains[7][-1], tip.err
+        found = await threadline("sessions", "search", "otter42", *args, home=tmp_path)
+        assert chains[42][1] in found.out, found.err
+    assert await _usage_replies(tmp_path / "a", fake_openai.base_url, {"path": str(source)}) \
+        == await _usage_replies(tmp_path / "b", fake_openai.base_url, {"url": postgres_url})
+
+
+async def test_migrate_refuses_a_database_that_already_holds_sessions(tmp_path, postgres_url
+                                                                      ) -> None:
+    source = tmp_path / "old.db"
+    async with SqliteSessionStore(source) as sqlite:
+        await _fill_one(sqlite)
+    async with PostgresSessionStore(postgres_url) as pg:
+        await _fill_one(pg)
+    ran = await threadline("migrate", "--from", f"sqlite:{source}", "--to", postgres_url,
+                           "--config", str(write_config(tmp_path)), home=tmp_path)
+    assert ran.code == 1 and "already holds sessions" in ran.err, ran.err
+    assert "Traceback" not in ran.err
+
+
+async def _fill_one(store: SessionStore) -> None:
+    await store.open_session("test:1", model="m", system_prompt=None)
