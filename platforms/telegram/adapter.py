@@ -34,6 +34,7 @@ from platforms.base import (
 from platforms.telegram import files
 from platforms.telegram import format as fmt
 from platforms.telegram.inbound import AdminCache, to_inbound
+from platforms.telegram.webhook import WebhookServer
 from platforms.text import markdown_balanced, split_message, utf16_len
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class TelegramAdapter(PlatformAdapter):
         if settings.mode == "webhook" and not settings.secret_token:
             raise ValueError("telegram webhook mode needs a secret token")
         self.settings = settings
+        self.exclusive = settings.mode == "polling"  # Telegram allows one getUpdates caller
         # Updates are handled concurrently: the gateway keeps each chat in order itself,
         # and one chat's slow command must not hold up every other chat.
         builder = ApplicationBuilder().token(settings.token).concurrent_updates(True)
@@ -84,6 +86,7 @@ class TelegramAdapter(PlatformAdapter):
             filters.UpdateType.MESSAGE | filters.UpdateType.EDITED_MESSAGE, self._on_update))
         self.app.add_error_handler(self._on_error)
         self.admins = AdminCache(self._member_status)
+        self.webhook: WebhookServer | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     async def initialize(self) -> None:
@@ -95,10 +98,13 @@ class TelegramAdapter(PlatformAdapter):
         assert updater is not None
         s = self.settings
         if s.mode == "webhook":
-            await updater.start_webhook(
-                listen=s.listen, port=s.port, url_path=_path_of(s.webhook_url),
-                webhook_url=s.webhook_url, secret_token=s.secret_token,
-                allowed_updates=ALLOWED_UPDATES)
+            assert s.secret_token is not None
+            self.webhook = WebhookServer(self.app, listen=s.listen, port=s.port,
+                                         path=_path_of(s.webhook_url),
+                                         secret_token=s.secret_token)
+            await self.webhook.start()
+            await self.app.bot.set_webhook(url=s.webhook_url or "", secret_token=s.secret_token,
+                                           allowed_updates=ALLOWED_UPDATES)
         else:
             await updater.start_polling(timeout=dtm.timedelta(seconds=s.poll_timeout_s),
                                         allowed_updates=ALLOWED_UPDATES)
@@ -108,6 +114,9 @@ class TelegramAdapter(PlatformAdapter):
         updater = self.app.updater
         if updater is not None and updater.running:
             await updater.stop()
+        if self.webhook is not None:
+            webhook, self.webhook = self.webhook, None
+            await webhook.stop()
         if self.app.running:
             await self.app.stop()
 

@@ -218,6 +218,27 @@ async def test_the_same_update_twice_even_across_a_restart_gets_one_reply(
     assert model_calls(fake_openai) == 1
 
 
+async def test_a_webhook_answers_telegram_only_once_the_message_is_stored(
+        tmp_path, fake_openai, fake_telegram) -> None:
+    # Telegram forgets an update it got a 200 for: the 200 must wait for the ledger row, or
+    # a crash between the two loses the message (platforms/telegram/webhook.py).
+    from tests.harness.fixtures import free_port
+
+    port = free_port()
+    config = telegram_config(tmp_path, fake_telegram, fake_openai.base_url, telegram={
+        "mode": "webhook", "webhook": {"url": "https://bot.example.com/tg", "port": port,
+                                       "listen": "127.0.0.1", "secret_token": "s3cret-token"}})
+    fake_openai.delay_next(1.0)  # the turn itself may take its time: only the row matters
+    async with telegram_gateway(config) as gateway:
+        for n in range(5):
+            update = fake_telegram.updates.private_text(f"stored first {n}", USER + n)
+            assert await fake_telegram.post_update(f"http://127.0.0.1:{port}/tg", update,
+                                                   "s3cret-token") == 200
+            message_id = str(update["message"]["message_id"])
+            found = await gateway.store.find_inbound("telegram", str(USER + n), message_id)
+            assert found is not None and found.text == f"stored first {n}"
+
+
 @pytest.mark.parametrize("secret, status", [("s3cret-token", 200), ("wrong", 403), (None, 403)])
 async def test_a_webhook_takes_only_updates_with_the_secret(tmp_path, fake_openai,
                                                             fake_telegram, secret, status):

@@ -1,0 +1,53 @@
+"""The webhook receiver: Telegram's POST is answered only once the update was handled.
+
+python-telegram-bot's own webhook server answers 200 as soon as the update is queued, so
+a crash right after it loses the update: Telegram considers it delivered. Here the update
+is handed to the Application at once and the answer waits until our handler stored the
+message (the gateway's ledger write); a process killed before that answers nothing, and
+Telegram sends the update again, to this or another process (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from json import JSONDecodeError
+
+from aiohttp import web
+from telegram import Update
+from telegram.ext import Application
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+
+class WebhookServer:
+    def __init__(self, app: Application, *, listen: str, port: int, path: str,
+                 secret_token: str) -> None:
+        self.app = app
+        self.secret = secret_token
+        self.address = (listen, port)
+        web_app = web.Application()
+        web_app.router.add_post("/" + path.lstrip("/"), self._receive)
+        self._runner = web.AppRunner(web_app, access_log=None)
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, *self.address).start()
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.secret.encode()):
+            log.warning("webhook: refused a request without the secret token")
+            return web.Response(status=403)
+        try:
+            update = Update.de_json(await request.json(), self.app.bot)
+        except (JSONDecodeError, ValueError, TypeError, KeyError) as exc:
+            log.warning("webhook: an update we cannot read was dropped: %s", exc)
+            return web.Response(status=200)  # a retry would be as unreadable
+        await self.app.process_update(update)
+        return web.Response(status=200)
