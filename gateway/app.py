@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 from agent.errors import plain_error
 from gateway.attachments import AttachmentReader, ReaderSettings
 from gateway.auth import Authorizer
+from gateway.cluster import Cluster
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.conversations import Conversations
-from gateway.jobs import CommandJob, MessageJob, recovery_jobs
+from gateway.jobs import CommandJob, Job, MessageJob, message_of, recovery_jobs
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
@@ -48,7 +49,7 @@ class Gateway:
                  metrics: Metrics | None = None, metrics_at: tuple[str, int] | None = None,
                  streaming: StreamSettings | None = None,
                  attachments: ReaderSettings | None = None,
-                 transcriber: Transcriber | None = None) -> None:
+                 transcriber: Transcriber | None = None, lease_seconds: float = 30.0) -> None:
         self.store = store
         self.conversations = conversations
         self.auth = auth
@@ -71,6 +72,10 @@ class Gateway:
         self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth,
                                  self.resets, self.metrics, live, self.reader)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
+        # Several processes on one database: chat leases decide who answers (cluster.py).
+        self.cluster = None if store.coordination is None else Cluster(
+            store.coordination, open_rows=store.open_inbound, submit=self.router.submit,
+            busy=self.router.busy, adopt=self._adopt, ttl=lease_seconds)
         self.metrics.watch_router(self.router.activity)
         self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
@@ -78,6 +83,10 @@ class Gateway:
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.
         self._handling = 0
+        # Each chat's messages are stored and routed one after another, in the order the
+        # adapter handed them over: a store with a pool may finish two writes in either
+        # order, and a chat's second message must never overtake its first.
+        self._entering: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # lock, [users]
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -113,8 +122,12 @@ class Gateway:
                 log.error("metrics: cannot listen on %s:%d: %s", *self._metrics_at,
                           exc.strerror or exc)
         for adapter in self.adapters.values():
-            if not await self._bring_up(adapter):
+            if self.cluster is not None and adapter.exclusive:  # one receiver among processes
+                self._connecting.append(asyncio.create_task(self._lead_then_connect(adapter)))
+            elif not await self._bring_up(adapter):
                 self._connecting.append(asyncio.create_task(self._keep_connecting(adapter)))
+        if self.cluster is not None:
+            await self.cluster.start()  # adopts what dead processes left open
 
     async def _bring_up(self, adapter: PlatformAdapter) -> bool:
         try:
@@ -122,7 +135,9 @@ class Gateway:
             await self._register_commands(adapter)
             # What the last run left open is read before anything new can arrive: a
             # message received once the adapter runs is routed live, never recovered too.
-            left_open = [r for r in await self.store.open_inbound() if r.platform == adapter.name]
+            left_open = ([] if self.cluster is not None else  # the cluster adopts those
+                         [r for r in await self.store.open_inbound()
+                          if r.platform == adapter.name])
             await adapter.start()
         except Exception as exc:
             log.error("%s: cannot connect: %s", adapter.name, plain_error(exc))
@@ -143,6 +158,12 @@ class Gateway:
         except Exception as exc:  # a command menu is a nicety, not a reason to stop
             log.warning("%s: registering commands failed: %s", adapter.name, plain_error(exc))
 
+    async def _lead_then_connect(self, adapter: PlatformAdapter) -> None:
+        assert self.cluster is not None
+        await self.cluster.lead(f"poll:{adapter.name}")
+        if not await self._bring_up(adapter):
+            await self._keep_connecting(adapter)
+
     async def _keep_connecting(self, adapter: PlatformAdapter) -> None:
         for delay in CONNECT_RETRIES_S:
             await asyncio.sleep(delay)
@@ -154,6 +175,8 @@ class Gateway:
             return
         self._state = "stopped"
         self.resets.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         for task in self._connecting:
             task.cancel()
         for adapter in reversed(self._started):
@@ -170,6 +193,11 @@ class Gateway:
             log.warning("shutdown: %d message(s) still being handled after %.0fs",
                         self._handling, drain_timeout)
         await self.router.drain(max(0.0, deadline - loop.time()))
+        if self.cluster is not None:  # drained: others may take our chats at once
+            try:
+                await self.cluster.release_all()
+            except Exception as exc:  # they expire by themselves
+                log.warning("releasing chat leases failed: %s", plain_error(exc))
 
     async def shutdown(self) -> None:
         if self._state == "closed":
@@ -202,12 +230,18 @@ class Gateway:
         """An adapter's entry point; never raises into the platform library."""
         self._handling += 1
         self._quiet.clear()
+        lock, users = self._entering.setdefault(msg.chat_key, (asyncio.Lock(), [0]))
+        users[0] += 1
         try:
-            await self._handle(msg)
+            async with lock:
+                await self._handle(msg)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
             await self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)
         finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._entering[msg.chat_key]  # nobody else is entering this chat
             self._handling -= 1
             if not self._handling:
                 self._quiet.set()
@@ -255,7 +289,7 @@ class Gateway:
             await self.store.finish_inbound([record.id], "failed")
             await self.outbound.answer(msg.chat, refusal, msg.message_id)
             return
-        self.router.submit(msg.chat_key, MessageJob(msg.chat, record))
+        await self._enqueue(msg.chat_key, MessageJob(msg.chat, record))
 
     def _unreadable(self, msg: InboundMessage) -> str | None:
         refusal = self.reader.refusal(msg)  # attachments all declined, by what they are
@@ -290,11 +324,25 @@ class Gateway:
         allowed = command is not None and (command.access != "manage"
                                            or self.auth.may_manage(msg))
         if command is not None and command.serial and allowed:
-            self.router.submit(msg.chat_key, CommandJob(msg, record, command.name,
-                                                        invocation.args))
+            await self._enqueue(msg.chat_key, CommandJob(msg, record, command.name,
+                                                         invocation.args))
             return
         await self.worker.run_command(msg, record, invocation.name, invocation.args,
                                       chat=self.router.running(msg.chat_key))
+
+    async def _enqueue(self, chat_key: str, job: Job) -> None:
+        """To this chat's worker, here, or (sharing a database) to whoever holds the chat."""
+        if self.cluster is None:
+            self.router.submit(chat_key, job)
+        else:
+            await self.cluster.enqueue(chat_key, job)
+
+    async def _adopt(self, chat_key: str, record: InboundRecord | Job) -> None:
+        """A ledger row (or job) another process stored or left: routed as if received."""
+        if isinstance(record, InboundRecord):
+            await self._route(message_of(record), record, parse_command(record.text))
+        else:
+            await self._enqueue(chat_key, record)
 
     # --- recovery ---------------------------------------------------------------------------
     async def _recover(self, rows: list[InboundRecord]) -> None:

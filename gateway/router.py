@@ -57,6 +57,10 @@ class ChatRouter:
             chat.worker = asyncio.create_task(self._work(chat_key, chat), name=f"chat:{chat_key}")
         return True
 
+    def busy(self, chat_key: str) -> bool:
+        """Whether the chat has work queued or running here."""
+        return chat_key in self._chats
+
     def running(self, chat_key: str) -> Running | None:
         chat = self._chats.get(chat_key)
         return chat.running if chat else None

@@ -157,7 +157,9 @@ def discord_settings(config: Config) -> DiscordSettings:
     assert dc.token is not None  # validated: an enabled Discord has a token
     return DiscordSettings(token=dc.token, api_base=dc.api_base, gateway_url=dc.gateway_url,
                            require_mention=dc.require_mention,
-                           guild_ready_timeout=dc.guild_ready_timeout)
+                           guild_ready_timeout=dc.guild_ready_timeout,
+                           shard_count=dc.shard_count,
+                           shard_ids=tuple(dc.shard_ids) if dc.shard_ids is not None else None)
 
 
 def platform_factories(config: Config, *, console: bool,
@@ -186,6 +188,7 @@ def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
     return Gateway(store, build_conversations(config, store, metrics), platforms,
                    auth=Authorizer(config), commands=commands,
                    coalesce_ms=config.gateway.coalesce_ms,
+                   lease_seconds=config.gateway.lease_seconds,
                    resets=ResetPolicy.from_config(config.gateway.session_reset), clock=clock,
                    metrics=metrics, metrics_at=(m.listen, m.port) if m.port else None,
                    streaming=StreamSettings(config.streaming.enabled,

@@ -164,6 +164,9 @@ class PlatformAdapter(ABC):
     max_download_bytes: int | None = None
     bot_username: str | None = None  # `/cmd@name` for another name is not for us
     limits: SendLimits = SendLimits()
+    # Whether only one process at a time may receive for this bot (polling: two pollers
+    # take updates from each other). Gateways sharing a database elect that one.
+    exclusive: bool = False
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler

@@ -218,6 +218,9 @@ class GatewayConfig(Section):
     # Chats whose agent (live transcript, token estimates, rendered pieces) stays in memory;
     # the least recently active beyond it are rebuilt from the store when they speak again.
     cached_agents: int = Field(1024, ge=1)
+    # Several gateway processes on one PostgreSQL database (docs/scale-out.md): a chat's
+    # lease lasts this long unrenewed, so a dead process's chats move on within it.
+    lease_seconds: float = Field(30.0, ge=1.0)
 
 
 class TrajectoriesConfig(Section):

@@ -1,0 +1,181 @@
+"""This process's part in a gateway of several processes on one shared database.
+
+Any process may receive any message and stores it once (the ledger's unique key). Only the
+holder of a chat's lease runs that chat's turns, so each chat is still answered in order
+and once: a process that stores a message for a chat it does not hold tries to take the
+lease; when another process holds it, it leaves the message stored and sends a notice,
+and the holder adopts it. A heartbeat renews this process's leases, gives up chats idle
+for a lease period, and adopts chats whose holder died (their leases expired with work
+left open). docs/scale-out.md tells the whole story.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+from gateway.jobs import Job, ResendJob, recovery_jobs
+from storage.coordination import Coordination
+from storage.errors import StoreError
+from storage.models import InboundRecord
+
+log = logging.getLogger(__name__)
+
+# Routes one recovered ledger row (or job) the way a newly received one is routed.
+Adopt = Callable[[str, InboundRecord | Job], Awaitable[None]]
+
+
+def holder_name() -> str:
+    """Who this process is, in lease rows and logs: host, pid and a random tail."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def job_ids(job: Job) -> list[int]:
+    if isinstance(job, ResendJob):
+        return [record.id for record in job.records]
+    return [job.record.id]
+
+
+class Cluster:
+    def __init__(self, coordination: Coordination, *, open_rows: Callable[[str], Awaitable[
+                 list[InboundRecord]]], submit: Callable[[str, Job], None],
+                 busy: Callable[[str], bool], adopt: Adopt, ttl: float = 30.0) -> None:
+        self.coordination = coordination
+        self.holder = holder_name()
+        self.ttl = ttl
+        self._open_rows = open_rows  # the store's open ledger rows of one chat
+        self._submit = submit  # the router's submit
+        self._busy = busy  # whether the router has work queued or running for a chat
+        self._adopt = adopt
+        self.held: dict[str, float] = {}  # chat key -> when it last had work here
+        self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._beat: asyncio.Task[None] | None = None
+
+    # --- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.coordination.listen(self._heard)
+        await self.sweep()  # what a dead process (or our own last run) left open
+        self._beat = asyncio.create_task(self._heartbeat(), name="cluster-heartbeat")
+
+    async def stop(self) -> None:
+        """Stop adopting new work; the leases stay until released by `release_all`."""
+        if self._beat is not None:
+            self._beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat
+            self._beat = None
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def release_all(self) -> None:
+        """After the chats drained: let other processes take them at once, not at expiry."""
+        for chat_key in list(self.held):
+            await self._release(chat_key)
+
+    # --- the chats --------------------------------------------------------------------
+    async def enqueue(self, chat_key: str, job: Job) -> None:
+        """A job for a chat: run it here when this process holds (or can take) the chat."""
+        if chat_key in self.held:
+            self._hand_over(chat_key, job)
+            return
+        if await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
+            self.held[chat_key] = time.monotonic()
+            await self.adopt_open(chat_key)  # this job's row is among them, in its place
+            return
+        await self.coordination.notify(chat_key)  # the holder adopts it
+
+    def _hand_over(self, chat_key: str, job: Job) -> None:
+        routed = self._routed.setdefault(chat_key, set())
+        fresh = [i for i in job_ids(job) if i not in routed]
+        if not fresh:
+            return  # adopted twice (a notice and a sweep): already with the router
+        routed.update(fresh)
+        self.held[chat_key] = time.monotonic()
+        self._submit(chat_key, job)
+
+    async def adopt_open(self, chat_key: str) -> None:
+        """Route the chat's open ledger rows this process has not routed yet, in order."""
+        rows = await self._open_rows(chat_key)
+        routed = self._routed.setdefault(chat_key, set())
+        for key, work in recovery_jobs([r for r in rows if r.id not in routed]):
+            if isinstance(work, tuple):  # a pending message: routed like a new one
+                await self._adopt(key, work[1])
+            else:
+                self._hand_over(key, work)
+
+    async def offer(self, chat_key: str) -> None:
+        """Take the chat when its lease is free (or ours) and adopt what it has open."""
+        if chat_key in self.held or await self.coordination.claim(
+                f"chat:{chat_key}", self.holder, self.ttl):
+            self.held.setdefault(chat_key, time.monotonic())
+            await self.adopt_open(chat_key)
+
+    def _heard(self, chat_key: str) -> None:
+        self._spawn(self.offer(chat_key), f"notice:{chat_key}")
+
+    def _spawn(self, work: Awaitable[None], name: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except StoreError as exc:
+                log.warning("cluster: %s failed: %s", name, exc)
+        task = asyncio.create_task(run(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- the heartbeat ----------------------------------------------------------------
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.beat()
+            except StoreError as exc:
+                log.warning("cluster heartbeat failed: %s", exc)
+
+    async def beat(self) -> None:
+        """Renew; give up idle chats; adopt chats nobody attends."""
+        kept = await self.coordination.renew(self.holder, self.ttl)
+        for chat_key in [k for k in self.held if f"chat:{k}" not in kept]:
+            log.warning("lost the lease of %s (renewed too late); another process takes it",
+                        chat_key)
+            self.held.pop(chat_key, None)
+        now = time.monotonic()
+        for chat_key, last in list(self.held.items()):
+            if not self._busy(chat_key) and now - last > self.ttl:
+                await self._release(chat_key)
+        await self.sweep()
+
+    async def sweep(self) -> None:
+        for chat_key in await self.coordination.unattended_chats():
+            await self.offer(chat_key)
+
+    async def _release(self, chat_key: str) -> None:
+        self.held.pop(chat_key, None)
+        await self.coordination.release(f"chat:{chat_key}", self.holder)
+        # A row stored elsewhere while we held the chat, whose notice we may have missed:
+        # take the chat again for it. Rows that left the ledger are forgotten.
+        rows = await self._open_rows(chat_key)
+        open_ids = {r.id for r in rows}
+        routed = self._routed.pop(chat_key, set()) & open_ids
+        if routed:
+            self._routed[chat_key] = routed
+        if open_ids - routed:
+            await self.offer(chat_key)
+
+    # --- single-instance roles (a platform's poller) ----------------------------------
+    async def lead(self, role: str) -> None:
+        """Return once this process holds `role`; until then, try every third of a lease."""
+        waiting = False
+        while not await self.coordination.claim(role, self.holder, self.ttl):
+            if not waiting:
+                log.info("%s: another process holds it; standing by", role)
+                waiting = True
+            await asyncio.sleep(self.ttl / 3)
+        log.info("%s: this process holds it now", role)

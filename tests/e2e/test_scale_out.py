@@ -1,0 +1,144 @@
+"""Several `threadline run` processes on one PostgreSQL: each message answered once, each chat
+in order, a killed process's chats taken over (issue 18, acceptance 2-4)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from tests.harness.cluster import (
+    Instance,
+    answered,
+    post,
+    rows,
+    start_instance,
+    stop_all,
+    user_texts,
+)
+
+CHATS = 100
+PER_CHAT = 10
+FIRST_USER = 7_000_000
+LEASE = 3.0
+MODEL_S = 0.4
+
+
+def _text(chat: int, k: int) -> str:
+    return f"c{chat} m{k}"
+
+
+async def _check_once_and_in_order(fake_telegram, fake_openai, db_url: str, *,
+                                   killed: bool = False, chats: int = CHATS,
+                                   per_chat: int = PER_CHAT) -> None:
+    for chat in range(chats):
+        user = FIRST_USER + chat
+        expected = [_text(chat, k) for k in range(per_chat)]
+        assert await user_texts(db_url, f"telegram:{user}") == expected, chat
+        replies = [m.reply_to for m in fake_telegram.messages(user)]
+        # One reply per turn, each to a later message: nothing answered twice or backwards.
+        assert replies == sorted(set(replies)) and replies, (chat, replies)
+    calls, sent = len(fake_openai.calls_to("/chat/completions")), len(fake_telegram.messages())
+    # Every model answer was sent once; only turns cut off by the kill asked for nothing.
+    assert 0 <= calls - sent <= (CHATS if killed else 0), (calls, sent)
+
+
+async def _send_all(fake_telegram, instances: list[Instance], *, kill_at: int | None = None
+                    ) -> None:
+    """1,000 updates over 100 chats, round-robin over chats and over the processes."""
+    for n in range(CHATS * PER_CHAT):
+        if n == kill_at:
+            instances[1].proc.kill()  # SIGKILL, halfway
+            await instances[1].proc.wait()
+        chat = n % CHATS
+        update = fake_telegram.updates.private_text(_text(chat, n // CHATS), FIRST_USER + chat)
+        await post(fake_telegram, instances, n % len(instances), update)
+
+
+async def _three(tmp_path, fake_telegram, fake_openai, postgres_url) -> list[Instance]:
+    # A turn takes the model this long: a chat's next message (100 posts later, at another
+    # process) arrives while its last turn is still running somewhere.
+    fake_openai.answer_delay_s = MODEL_S
+    return list(await asyncio.gather(*(
+        start_instance(tmp_path / f"p{i}", fake_telegram, fake_openai.base_url, postgres_url,
+                       lease_seconds=LEASE) for i in range(3))))
+
+
+async def test_three_webhook_processes_answer_every_message_once_in_order(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    instances = await _three(tmp_path, fake_telegram, fake_openai, postgres_url)
+    try:
+        await _send_all(fake_telegram, instances)
+        total = CHATS * PER_CHAT
+        await _all_answered(postgres_url, total)
+        await asyncio.sleep(1.0)  # room for a duplicate to show up, if there were one
+    finally:
+        await stop_all(instances)
+    await _check_once_and_in_order(fake_telegram, fake_openai, postgres_url)
+    for instance in instances:
+        assert "Traceback" not in instance.log(), instance.log()
+
+
+async def test_a_killed_process_leaves_no_message_unanswered_or_answered_twice(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    instances = await _three(tmp_path, fake_telegram, fake_openai, postgres_url)
+    try:
+        await _send_all(fake_telegram, instances, kill_at=CHATS * PER_CHAT // 2)
+        total = CHATS * PER_CHAT
+        # The dead process's chats move on once their leases expire (a few heartbeats).
+        await _all_answered(postgres_url, total)
+        await asyncio.sleep(1.0)
+    finally:
+        await stop_all(instances)
+    await _check_once_and_in_order(fake_telegram, fake_openai, postgres_url, killed=True)
+
+
+async def _all_answered(db_url: str, total: int, timeout: float = 60.0) -> None:  # noqa: ASYNC109
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (done := await answered(db_url)) < total:
+        assert loop.time() < deadline, f"{done} of {total} answered after {timeout:.0f} s"
+        await asyncio.sleep(0.25)
+
+
+async def _poller(instances: list[Instance], db_url: str) -> Instance:
+    """The instance holding the poll lease, once one does."""
+    for _ in range(300):
+        try:
+            found = await rows(db_url, "SELECT holder FROM leases WHERE name = 'poll:telegram'")
+        except asyncpg.UndefinedTableError:  # nobody has created the schema yet
+            found = []
+        if found:
+            pid = int(found[0][0].split(":")[1])
+            return next(i for i in instances if i.proc.pid == pid)
+        await asyncio.sleep(0.1)
+    raise AssertionError("nobody took the poll lease")
+
+
+async def test_polling_runs_one_poller_and_the_other_takes_over_when_it_dies(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    instances = list(await asyncio.gather(*(
+        start_instance(tmp_path / name, fake_telegram, fake_openai.base_url, postgres_url,
+                       mode="polling", lease_seconds=LEASE) for name in ("a", "b"))))
+    chats, per_chat = 5, 8
+    try:
+        poller = await _poller(instances, postgres_url)
+        for k in range(per_chat):
+            if k == per_chat // 2:
+                await _all_answered(postgres_url, chats * k)
+                poller.proc.kill()
+                await poller.proc.wait()
+            for chat in range(chats):
+                fake_telegram.push(fake_telegram.updates.private_text(_text(chat, k),
+                                                                      FIRST_USER + chat))
+        # The other process polls within a lease or so, and answers what was left.
+        await _all_answered(postgres_url, chats * per_chat, timeout=6 * LEASE)
+        await asyncio.sleep(1.0)
+        standby = next(i for i in instances if i is not poller)
+        assert await _poller(instances, postgres_url) is standby
+    finally:
+        await stop_all(instances)
+    assert fake_telegram.poll_conflicts == 0  # never two getUpdates at once
+    assert "standing by" in standby.log()
+    await _check_once_and_in_order(fake_telegram, fake_openai, postgres_url, killed=True,
+                                   chats=chats, per_chat=per_chat)
