@@ -51,6 +51,9 @@ class DiscordConfig(Section):
     gateway_url: OptStr = None
     require_mention: bool = True
     guild_ready_timeout: float = Field(2.0, ge=0)
+    # Sharding (docs/scale-out.md): the total, and which of them this process runs.
+    shard_count: int | None = Field(None, ge=1)
+    shard_ids: list[int] | None = None
 
     @model_validator(mode="after")
     def _enabled_needs(self) -> DiscordConfig:
@@ -58,6 +61,12 @@ class DiscordConfig(Section):
             raise rule_error(
                 "token", "required when discord is enabled; set token: ${DISCORD_BOT_TOKEN}"
             )
+        if self.shard_ids is not None:
+            if self.shard_count is None:
+                raise rule_error("shard_ids", "needs shard_count, the total number of shards")
+            if not self.shard_ids or any(not 0 <= i < self.shard_count for i in self.shard_ids):
+                raise rule_error("shard_ids", f"must be shard numbers from 0 to "
+                                 f"{self.shard_count - 1}")
         return self
 
 

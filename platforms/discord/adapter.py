@@ -60,6 +60,10 @@ class DiscordSettings:
     require_mention: bool = True
     guild_ready_timeout: float = 2.0
     heartbeat_timeout: float = 60.0  # silence after which a connection counts as dead
+    # Past Discord's 2,500-guild line a bot must shard; each process runs some shards
+    # (discord.py's AutoShardedClient). None: one unsharded connection.
+    shard_count: int | None = None
+    shard_ids: tuple[int, ...] | None = None  # this process's shards; None: all of them
 
 
 def intents() -> discord.Intents:
@@ -94,9 +98,14 @@ class DiscordAdapter(PlatformAdapter):
             return
         self._use_endpoints()
         s = self.settings
-        client = discord.Client(
-            intents=intents(), allowed_mentions=MENTIONS, guild_ready_timeout=s.guild_ready_timeout,
-            heartbeat_timeout=s.heartbeat_timeout, max_ratelimit_timeout=MAX_LIBRARY_WAIT_S)
+        options = {"intents": intents(), "allowed_mentions": MENTIONS,
+                   "guild_ready_timeout": s.guild_ready_timeout,
+                   "heartbeat_timeout": s.heartbeat_timeout,
+                   "max_ratelimit_timeout": MAX_LIBRARY_WAIT_S}
+        client = (discord.Client(**options) if s.shard_count is None else
+                  discord.AutoShardedClient(**options, shard_count=s.shard_count,
+                                            shard_ids=list(s.shard_ids)
+                                            if s.shard_ids is not None else None))
         client.event(self.on_message)
         client.event(self.on_message_edit)
         self.client, self.tree = client, app_commands.CommandTree(client)

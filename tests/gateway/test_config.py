@@ -293,3 +293,13 @@ def test_storage_url_takes_postgresql_only_and_its_password_is_a_secret(tmp_path
     config = load_config(write(tmp_path, text), env={"DB_PASSWORD": "s3cr3t-pw"})
     assert config.storage.url == "postgresql://tl:s3cr3t-pw@db.internal:5432/threadline"
     assert "s3cr3t-pw" in config.secret_values()  # masked in every log line
+
+
+def test_discord_shard_ids_need_a_count_and_must_fit_in_it(tmp_path: Path) -> None:
+    base = "platforms:\n  discord:\n    token: x\n"
+    assert "shard_count" in error_of(tmp_path, base + "    shard_ids: [0]\n")
+    message = error_of(tmp_path, base + "    shard_count: 2\n    shard_ids: [0, 2]\n")
+    assert "platforms.discord.shard_ids" in message and "0 to 1" in message
+    config = load_config(write(tmp_path, base + "    shard_count: 4\n    shard_ids: [1, 3]\n"),
+                         env={})
+    assert (config.platforms.discord.shard_count, config.platforms.discord.shard_ids) == (4, [1, 3])

@@ -255,7 +255,10 @@ class GatewayMixin:
         self.identify_payloads.append(d)
         session = Session(secrets.token_hex(16), int(d.get("intents") or 0), conn=conn)
         self.sessions[session.session_id] = self.session = conn.session = session
-        self._dispatch_to(session, "READY", self._ready_data(session.session_id))
+        ready = self._ready_data(session.session_id)
+        if d.get("shard") is not None:  # Discord echoes a sharded IDENTIFY's [id, count]
+            ready["shard"] = d["shard"]
+        self._dispatch_to(session, "READY", ready)
         for guild in self._guild_creates():
             self._dispatch_to(session, "GUILD_CREATE", guild)
         self.identifies += 1

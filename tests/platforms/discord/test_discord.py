@@ -303,3 +303,15 @@ async def test_a_command_still_being_answered_at_shutdown_is_delivered(tmp_path,
     # ... and the gateway stops meanwhile: it waits for the answer before closing.
     [reply] = fake_discord.messages(dm)
     assert reply.content.startswith("Model:")
+
+
+async def test_a_sharded_process_connects_only_its_own_shards(tmp_path, fake_openai,
+                                                              fake_discord):
+    # Past 2,500 guilds a bot must shard; each process names its shards (docs/scale-out.md).
+    config = discord_config(tmp_path, fake_discord, fake_openai.base_url,
+                            discord={"shard_count": 4, "shard_ids": [1, 3]})
+    async with discord_gateway(config) as gateway:  # up: a shard's READY was seen
+        await fake_discord.wait_identified(2, timeout=30)  # discord.py spaces them 5 s apart
+        client = gateway.adapters["discord"].client
+        assert client is not None and client.is_ready() and client.shard_ids == [1, 3]
+    assert sorted(p.get("shard") for p in fake_discord.identify_payloads) == [[1, 4], [3, 4]]
