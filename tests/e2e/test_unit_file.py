@@ -110,3 +110,26 @@ def test_the_database_goes_to_the_state_directory_and_nothing_else_is_writable()
     assert service["ReadWritePaths"] == [str(home)]
     for key, value in HARDENING.items():
         assert service[key] == [value], key
+
+
+TEMPLATE = UNIT.with_name("threadline@.service")
+
+
+def test_the_instance_template_verifies_and_differs_only_in_its_instance(tmp_path):
+    # deploy/threadline@.service (README "Scale out"): systemd accepts an instance of it,
+    # and apart from naming its instance it is the single unit, hardening and all.
+    copy = tmp_path / "threadline@8441.service"
+    copy.write_text(TEMPLATE.read_text().replace(INSTALLED, THREADLINE))
+    ran = verify(copy)
+    assert (ran.returncode, ran.stderr.strip()) == (0, "")
+    single, template = unit_keys(UNIT.read_text()), unit_keys(TEMPLATE.read_text())
+    service = template["Service"]
+    assert service["Environment"] == ["THREADLINE_HOME=%S/threadline/%i",
+                                      "THREADLINE_INSTANCE=%i", "PYTHONUNBUFFERED=1"]
+    assert service["StateDirectory"] == ["threadline/%i"]
+    assert service["ReadWritePaths"] == ["%S/threadline/%i"]
+    instance_keys = {"Environment", "StateDirectory", "ReadWritePaths"}
+    for section, keys in single.items():
+        for key, values in keys.items():
+            if key not in instance_keys and key != "Description":
+                assert template[section][key] == values, (section, key)
