@@ -76,6 +76,7 @@ bench: $(DEV_STAMP) $(HERMES_STAMP)
 	$(BIN)/python bench/streaming.py
 	$(BIN)/python bench/attachments.py
 	$(BIN)/python bench/trajectories.py
+	$(BIN)/python bench/scale.py
 	HERMES_PY=$(HERMES_VENV)/bin/python $(BIN)/python bench/sidebyside/run.py
 
 clean:

@@ -119,8 +119,11 @@ class PostgresSessionStore(SessionStore):
                          "SQLite files only")
 
     # --- running work ----------------------------------------------------------------
-    async def _run(self, work: Work[T]) -> T:
-        """`work` in one transaction; re-run when PostgreSQL aborted it for a deadlock."""
+    async def _run(self, work: Work[T], *, transaction: bool = True) -> T:
+        """`work` in one transaction; re-run when PostgreSQL aborted it for a deadlock.
+
+        A single statement is atomic by itself: `transaction=False` saves the BEGIN and
+        COMMIT round trips."""
         pool = self._pool
         if pool is None:
             raise StoreError(f"the store {self.label} is not open")
@@ -128,8 +131,11 @@ class PostgresSessionStore(SessionStore):
             await asyncio.wait(set(self._orphans))
         for attempt in range(RETRIES):
             try:
-                async with pool.acquire() as con, con.transaction():
-                    return await work(con)
+                async with pool.acquire() as con:
+                    if not transaction:
+                        return await work(con)
+                    async with con.transaction():
+                        return await work(con)
             except _RETRYABLE:
                 if attempt == RETRIES - 1:
                     raise StoreError(f"{self.label} kept aborting a transaction") from None
@@ -141,13 +147,13 @@ class PostgresSessionStore(SessionStore):
         raise AssertionError("unreachable")
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        """One statement's rows, in a transaction of its own."""
-        return await self._run(lambda con: con.fetch(sql, *args))
+        """One statement's rows (one statement: atomic without a transaction block)."""
+        return await self._run(lambda con: con.fetch(sql, *args), transaction=False)
 
     _fetch = fetch
 
     async def _execute(self, sql: str, *args: Any) -> None:
-        await self._run(lambda con: con.execute(sql, *args))
+        await self._run(lambda con: con.execute(sql, *args), transaction=False)
 
     async def _then(self, session_id: str | None, work: Work[T],
                     update: Callable[[T], None]) -> T:

@@ -1,0 +1,140 @@
+"""Gateway throughput on PostgreSQL with 1, 2 and 3 processes, and on SQLite with 1.
+
+    python bench/scale.py [--chats 300] [--turns 6]
+
+Each process is a real gateway (router, context engine, chat leases on PostgreSQL) with an
+instant provider and an in-process platform; the chats are split between the processes
+(as a balancer routing by chat would), each chat sending its next message once the
+previous reply was delivered. All processes start together; turns/s counts every turn
+over the time from the first start to the last finish. A real PostgreSQL server is
+started for the run (tests/harness/postgres.py: the OS server binaries, fsync off), each
+configuration on a fresh database. Prints turns/s, p50/p99 from hand-off to delivery, and
+the scaling ratio against one PostgreSQL process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.agent import AgentSettings  # noqa: E402
+from agent.engines import resolve_engine_factory  # noqa: E402
+from agent.providers.base import ProviderSettings  # noqa: E402
+from bench.gateway import BenchPlatform, InstantProvider  # noqa: E402
+from gateway.app import Gateway  # noqa: E402
+from gateway.auth import Authorizer  # noqa: E402
+from gateway.config import load_config  # noqa: E402
+from gateway.conversations import Conversations  # noqa: E402
+from gateway.service import tune_collector  # noqa: E402
+from gateway.wiring import build_store  # noqa: E402
+from tests.harness.postgres import PostgresServer, run_in_fresh_loop  # noqa: E402
+
+CONFIGS = (("sqlite", 1), ("postgresql", 1), ("postgresql", 2), ("postgresql", 3))
+
+
+async def _gateway(tmp: Path, storage: str) -> tuple[Gateway, BenchPlatform]:
+    cfg = tmp / "config.yaml"
+    cfg.write_text(f"storage: {{{storage}}}\ngateway: {{open: true, coalesce_ms: 0}}\n")
+    config = load_config(cfg)
+    store = build_store(config)
+    provider = InstantProvider(ProviderSettings(provider="openai", model="instant",
+                                                context_length=128_000))
+    conversations = Conversations(
+        store, provider=provider, summary_provider=None,
+        engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
+        system_prompt="You are a benchmark.", settings=AgentSettings(max_output_tokens=256))
+    gateway = Gateway(store, conversations, [BenchPlatform], auth=Authorizer(config),
+                      coalesce_ms=0, lease_seconds=config.gateway.lease_seconds)
+    await gateway.initialize()
+    await gateway.start()
+    tune_collector()  # as `threadline run` does once started
+    platform = gateway.adapters["bench"]
+    assert isinstance(platform, BenchPlatform)
+    return gateway, platform
+
+
+async def _serve(storage: str, chats: list[int], turns: int, ready: Any) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        gateway, platform = await _gateway(Path(tmp), storage)
+        latencies: list[float] = []
+
+        async def one_chat(chat: int) -> None:
+            for n in range(turns):
+                latencies.append(await platform.turn(str(chat), n))
+
+        await asyncio.to_thread(ready.wait)  # every process built: start together
+        started = time.time()
+        await asyncio.gather(*(one_chat(c) for c in chats))
+        finished = time.time()
+        await gateway.stop(drain_timeout=10)
+        await gateway.shutdown()
+    return {"latencies": latencies, "started": started, "finished": finished}
+
+
+def _worker(storage: str, chats: list[int], turns: int, ready: Any, out: Any) -> None:
+    out.put(asyncio.run(_serve(storage, chats, turns, ready)))
+
+
+def measure(storage: str, processes: int, chats: int, turns: int) -> dict[str, float]:
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Barrier(processes), ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(storage, list(range(w, chats, processes)),
+                                                 turns, ready, out)) for w in range(processes)]
+    for w in workers:
+        w.start()
+    results = [out.get(timeout=600) for _ in workers]
+    for w in workers:
+        w.join(timeout=60)
+    latencies = sorted(x for r in results for x in r["latencies"])
+    elapsed = max(r["finished"] for r in results) - min(r["started"] for r in results)
+    return {"turns": len(latencies), "turns_per_s": len(latencies) / elapsed,
+            "p50_ms": statistics.median(latencies) * 1000,
+            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000}
+
+
+async def _fresh(server: PostgresServer) -> str:
+    return await server.fresh_database()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chats", type=int, default=300)
+    parser.add_argument("--turns", type=int, default=6, help="turns per chat")
+    args = parser.parse_args()
+    server = PostgresServer(Path(tempfile.mkdtemp(prefix="threadline-bench-pg-")))
+    server.start()
+    try:
+        print(f"{args.chats} chats x {args.turns} turns, instant provider, "
+              f"{mp.cpu_count()} CPUs")
+        print(f"{'store':>10} {'processes':>9} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} "
+              f"{'p99 ms':>8}")
+        results = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind, processes in CONFIGS:
+                storage = (f"path: {Path(tmp) / f'{processes}.db'}" if kind == "sqlite"
+                           else f"url: '{run_in_fresh_loop(_fresh(server))}'")
+                r = results[kind, processes] = measure(storage, processes, args.chats,
+                                                       args.turns)
+                print(f"{kind:>10} {processes:>9} {r['turns']:>6} {r['turns_per_s']:>9.0f} "
+                      f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+        one = results["postgresql", 1]["turns_per_s"]
+        print("scaling on PostgreSQL (turns/s against 1 process): " + ", ".join(
+            f"{p} processes {results['postgresql', p]['turns_per_s'] / one:.2f}x"
+            for p in (2, 3)))
+        print(f"PostgreSQL, 1 process, against SQLite: "
+              f"{one / results['sqlite', 1]['turns_per_s']:.2f}x")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
