@@ -7,6 +7,7 @@ that use them are in each backend's `queries.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -144,3 +145,41 @@ def delivery(row: Sequence[Any]) -> Delivery:
     inbound_id, chunk, text, entities, status, platform_message_id = row
     return Delivery(inbound_id, chunk, text, tuple(json.loads(entities or "[]")), status,
                     platform_message_id)
+
+
+def inbound_links(inbound_ids: Sequence[int], found: Sequence[Sequence[Any]],
+                  stored: Sequence[StoredMessage]) -> list[tuple[int | None, int]]:
+    """(message row id, inbound id) for taking pending rows: each links to the message
+    carrying its platform message id, else to the message at its position (as many
+    messages as rows), else to the last one. `found` rows are (id, message_id, status);
+    StoreError when one is missing or not pending."""
+    by_id = {row[0]: row for row in found}
+    by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
+    links: list[tuple[int | None, int]] = []
+    for position, inbound_id in enumerate(inbound_ids):
+        row = by_id.get(inbound_id)
+        if row is None or row[2] != "pending":
+            state = "missing" if row is None else row[2]
+            raise StoreError(f"inbound {inbound_id} cannot be taken: it is {state}")
+        target = by_platform_id.get(row[1])
+        if target is None and stored:
+            target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
+        links.append((target.id if target else None, inbound_id))
+    return links
+
+
+def with_metadata(messages: Sequence[NewMessage], seqs: Sequence[int | None],
+                  meta: dict[int, Sequence[Any]]) -> list[NewMessage]:
+    """Copies keep what the store knew of their original: `meta` maps an original's seq to
+    its (platform message id, answered, sender id, sender name)."""
+    out: list[NewMessage] = []
+    for message, seq in zip(messages, seqs, strict=True):
+        values = meta.get(seq) if seq is not None else None
+        if values is not None and any(v is not None for v in values):
+            pid, answered, sender_id, sender_name = values
+            message = dataclasses.replace(
+                message, platform_message_id=pid,
+                answered=None if answered is None else bool(answered),
+                sender_id=sender_id, sender_name=sender_name)
+        out.append(message)
+    return out

@@ -7,7 +7,6 @@ carried over, and the chat moves to the child.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import asyncpg
@@ -15,7 +14,7 @@ import asyncpg
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, NewMessage, StoredMessage
 from storage.postgres import queries as q
-from storage.rows import MESSAGE_FIELDS, dumps, new_session_id
+from storage.rows import MESSAGE_FIELDS, dumps, new_session_id, with_metadata
 
 
 async def continue_session(con: q.Con, parent_id: str, compaction: Compaction, now: float,
@@ -72,18 +71,7 @@ async def _with_metadata(con: q.Con, parent_id: str, messages: Sequence[NewMessa
     found = await con.fetch(
         "SELECT seq, platform_message_id, answered, sender_id, sender_name FROM messages"
         " WHERE session_id = $1 AND seq = ANY($2::int[])", parent_id, wanted)
-    meta = {row[0]: tuple(row[1:]) for row in found}
-    out: list[NewMessage] = []
-    for message, seq in zip(messages, seqs, strict=True):
-        values = meta.get(seq) if seq is not None else None
-        if values is not None and any(v is not None for v in values):
-            pid, answered, sender_id, sender_name = values
-            message = dataclasses.replace(
-                message, platform_message_id=pid,
-                answered=None if answered is None else bool(answered),
-                sender_id=sender_id, sender_name=sender_name)
-        out.append(message)
-    return out
+    return with_metadata(messages, seqs, {row[0]: tuple(row[1:]) for row in found})
 
 
 async def _repoint_inbound(con: q.Con, parent_id: str, stored: Sequence[StoredMessage],

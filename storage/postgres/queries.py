@@ -17,6 +17,7 @@ from storage.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     dumps,
+    inbound_links,
     message_values,
     new_session_id,
     session_record,
@@ -241,18 +242,7 @@ async def take_inbound(con: Con, inbound_ids: Sequence[int],
     """As the SQLite store's: pending rows become taken, each linked to its message."""
     found = await con.fetch("SELECT id, message_id, status FROM inbound"
                             " WHERE id = ANY($1::bigint[]) FOR UPDATE", list(inbound_ids))
-    by_id = {row[0]: row for row in found}
-    by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
-    links: list[tuple[int | None, int]] = []
-    for position, inbound_id in enumerate(inbound_ids):
-        row = by_id.get(inbound_id)
-        if row is None or row[2] != "pending":
-            state = "missing" if row is None else row[2]
-            raise StoreError(f"inbound {inbound_id} cannot be taken: it is {state}")
-        target = by_platform_id.get(row[1])
-        if target is None and stored:
-            target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
-        links.append((target.id if target else None, inbound_id))
+    links = inbound_links(inbound_ids, found, stored)
     if links:
         await con.executemany("UPDATE inbound SET status = 'taken', message_row_id = $1"
                               " WHERE id = $2", links)

@@ -8,14 +8,13 @@ Turns the compaction did not see (another process's) are carried over after them
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 from collections.abc import Sequence
 
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, NewMessage, StoredMessage
-from storage.rows import MESSAGE_FIELDS, dumps
+from storage.rows import MESSAGE_FIELDS, dumps, with_metadata
 from storage.sqlite import queries as q
 
 
@@ -86,18 +85,7 @@ def _with_metadata(db: sqlite3.Connection, parent_id: str,
     found = db.execute(
         f"SELECT seq, {_META} FROM messages WHERE session_id = ? AND seq {q.IN_IDS}",
         (parent_id, json.dumps(wanted))).fetchall()
-    meta = {row[0]: row[1:] for row in found}
-    out: list[NewMessage] = []
-    for message, seq in zip(messages, seqs, strict=True):
-        values = meta.get(seq) if seq is not None else None
-        if values is not None and any(v is not None for v in values):
-            pid, answered, sender_id, sender_name = values
-            message = dataclasses.replace(
-                message, platform_message_id=pid,
-                answered=None if answered is None else bool(answered),
-                sender_id=sender_id, sender_name=sender_name)
-        out.append(message)
-    return out
+    return with_metadata(messages, seqs, {row[0]: row[1:] for row in found})
 
 
 def _repoint_inbound(db: sqlite3.Connection, parent_id: str,

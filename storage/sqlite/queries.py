@@ -23,6 +23,7 @@ from storage.rows import (
     SESSION_COLUMNS,
     SESSION_COLUMNS_OF,
     dumps,
+    inbound_links,
     message_values,
     new_session_id,
     session_record,
@@ -216,18 +217,7 @@ def take_inbound(db: sqlite3.Connection, inbound_ids: Sequence[int],
     found = db.execute(
         f"SELECT id, message_id, status FROM inbound WHERE id {IN_IDS}",
         (json.dumps(list(inbound_ids)),)).fetchall()
-    by_id = {row[0]: row for row in found}
-    by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
-    links: list[tuple[int | None, int]] = []
-    for position, inbound_id in enumerate(inbound_ids):
-        row = by_id.get(inbound_id)
-        if row is None or row[2] != "pending":
-            state = "missing" if row is None else row[2]
-            raise StoreError(f"inbound {inbound_id} cannot be taken: it is {state}")
-        target = by_platform_id.get(row[1])
-        if target is None and stored:
-            target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
-        links.append((target.id if target else None, inbound_id))
+    links = inbound_links(inbound_ids, found, stored)
     if links:
         db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?"
                              " WHERE id = ?", links)
