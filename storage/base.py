@@ -8,6 +8,7 @@ from typing import Any
 from storage.coordination import Coordination
 from storage.models import (
     ChatActivity,
+    ChatSummary,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -159,6 +160,17 @@ class SessionStore(ABC):
     @abstractmethod
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         """Chats with a live session (one, or all) and when each last spoke."""
+
+    # --- reading for operators (the web view) ----------------------------------------
+    @abstractmethod
+    async def chat_summaries(self) -> list[ChatSummary]:
+        """Every chat that has a session: sessions, compactions, messages and usage by
+        model, newest activity first."""
+
+    @abstractmethod
+    async def session_messages(self, session_id: str, start: int,
+                               limit: int) -> list[StoredMessage]:
+        """At most `limit` of the session's messages from position `start`, in order."""
 
     # --- running as a service -----------------------------------------------------------
     @abstractmethod

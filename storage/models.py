@@ -66,6 +66,19 @@ class ChatActivity:
 
 
 @dataclass(frozen=True)
+class ChatSummary:
+    """One chat as an operator sees it (the web view): what it holds and what it spent."""
+
+    chat_key: str
+    session_id: str | None  # the chat's current session
+    last_at: float  # its last message in, or its newest session's start
+    sessions: int
+    compactions: int
+    messages: int
+    usage: dict[str, UsageTotals]  # by model
+
+
+@dataclass(frozen=True)
 class InboundRecord:
     """One row of the once-only ledger, with enough to replay it after a restart."""
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from storage.errors import StoreError
 from storage.models import (
+    ChatSummary,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -183,3 +184,36 @@ def with_metadata(messages: Sequence[NewMessage], seqs: Sequence[int | None],
                 sender_id=sender_id, sender_name=sender_name)
         out.append(message)
     return out
+
+
+# --- the operators' view (both backends run the same SQL; placeholders only in pages) ----
+CHAT_SUMMARIES = """
+    SELECT s.chat_key, c.session_id, COUNT(*),
+        SUM(CASE WHEN s.kind = 'compression' THEN 1 ELSE 0 END), MAX(s.started_at),
+        COALESCE((SELECT MAX(i.received_at) FROM inbound AS i
+                  WHERE i.chat_key = s.chat_key), 0),
+        COALESCE(SUM(n.count), 0)
+    FROM sessions AS s
+    LEFT JOIN chats AS c ON c.chat_key = s.chat_key
+    LEFT JOIN (SELECT session_id, MAX(seq) + 1 AS count FROM messages GROUP BY session_id)
+        AS n ON n.session_id = s.id
+    GROUP BY s.chat_key, c.session_id"""
+USAGE_BY_CHAT = """
+    SELECT s.chat_key, u.model, COALESCE(SUM(u.input), 0), COALESCE(SUM(u.output), 0),
+        COALESCE(SUM(u.cache_read), 0), COALESCE(SUM(u.cache_write), 0),
+        COALESCE(SUM(u.reasoning), 0), COUNT(*)
+    FROM usage AS u JOIN sessions AS s ON s.id = u.session_id
+    GROUP BY s.chat_key, u.model"""
+
+
+def chat_summaries(chats: Sequence[Sequence[Any]],
+                   usage: Sequence[Sequence[Any]]) -> list[ChatSummary]:
+    """Rows of CHAT_SUMMARIES and USAGE_BY_CHAT as summaries, newest activity first."""
+    by_chat: dict[str, dict[str, UsageTotals]] = {}
+    for row in usage:
+        by_chat.setdefault(row[0], {})[row[1]] = usage_totals(tuple(row[2:]))
+    found = [ChatSummary(chat_key=row[0], session_id=row[1], sessions=int(row[2]),
+                         compactions=int(row[3]), last_at=float(max(row[4], row[5])),
+                         messages=int(row[6]), usage=by_chat.get(row[0], {}))
+             for row in chats]
+    return sorted(found, key=lambda chat: (-chat.last_at, chat.chat_key))

@@ -70,6 +70,8 @@ END_SESSION = ("UPDATE sessions SET end_reason = $1, ended_at = $2"
                " WHERE id = $3 AND end_reason IS NULL")
 HISTORY = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY seq"
 MESSAGE_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1"
+SESSION_PAGE = (f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND seq >= $2"
+                " ORDER BY seq LIMIT $3")
 # Every term must occur (like the SQLite store's quoted FTS5 terms); best matches first.
 SEARCH = (
     "SELECT m.session_id, s.chat_key, m.seq, m.role,"

@@ -24,6 +24,7 @@ from storage.errors import StoreError
 from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
     ChatActivity,
+    ChatSummary,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -366,6 +367,17 @@ class PostgresSessionStore(SessionStore):
     async def usage_by_session(self, session_ids: list[str]) -> dict[str, UsageTotals]:
         found = await self._fetch(q.USAGE_BY_SESSION, list(session_ids))
         return {row[0]: rows.usage_totals(tuple(row[1:])) for row in found}
+
+    async def chat_summaries(self) -> list[ChatSummary]:
+        async def work(con: q.Con) -> list[ChatSummary]:
+            return rows.chat_summaries(await con.fetch(rows.CHAT_SUMMARIES),
+                                       await con.fetch(rows.USAGE_BY_CHAT))
+        return await self._run(work)
+
+    async def session_messages(self, session_id: str, start: int,
+                               limit: int) -> list[StoredMessage]:
+        found = await self._fetch(q.SESSION_PAGE, session_id, start, limit)
+        return [rows.stored_message(row) for row in found]
 
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         found = await self._fetch(q.CHAT_ACTIVITY, chat_key)

@@ -262,6 +262,8 @@ END_SESSION = ("UPDATE sessions SET end_reason = ?, ended_at = ?"
                " WHERE id = ? AND end_reason IS NULL")
 HISTORY = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY seq"
 MESSAGE_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"
+SESSION_PAGE = (f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq >= ?"
+                " ORDER BY seq LIMIT ?")
 SEARCH = ("SELECT m.session_id, s.chat_key, m.seq, m.role,"
           " snippet(messages_fts, 0, '[', ']', '…', 16), m.created_at"
           " FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid"

@@ -23,6 +23,7 @@ from storage.errors import StoreError
 from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
     ChatActivity,
+    ChatSummary,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -360,6 +361,17 @@ class SqliteSessionStore(SessionStore):
         return dict(await self._read(lambda db: q.fetch_all(
             db, q.USAGE_BY_SESSION, (ids,), lambda r: (r[0], rows.usage_totals(r[1:]))),
             heavy=True))
+
+    async def chat_summaries(self) -> list[ChatSummary]:
+        def work(db: Db) -> list[ChatSummary]:
+            return rows.chat_summaries(db.execute(rows.CHAT_SUMMARIES).fetchall(),
+                                       db.execute(rows.USAGE_BY_CHAT).fetchall())
+        return await self._read(work, heavy=True)
+
+    async def session_messages(self, session_id: str, start: int,
+                               limit: int) -> list[StoredMessage]:
+        return await self._read(lambda db: q.fetch_all(
+            db, q.SESSION_PAGE, (session_id, start, limit), rows.stored_message))
 
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         return await self._read(lambda db: q.fetch_all(
