@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     tc.add_argument("output", help="where to write them (metrics beside it)")
     sub.add_parser("doctor", parents=[common],
                    help="check config, database, providers and platform tokens")
+    webp = sub.add_parser("web", parents=[common],
+                          help="the read-only web view of chats, chains and spending")
+    webp.add_argument("--port", type=int, default=None, help="default: web.port, else 8480")
     mig = sub.add_parser("migrate", parents=[common],
                          help="copy the SQLite store into an empty PostgreSQL database")
     mig.add_argument("--from", dest="source", default=None,
@@ -128,6 +131,10 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
         return await _backup(args, config)
     if args.command == "migrate":
         return await _migrate(args, config)
+    if args.command == "web":
+        from gateway.web.serve import serve_web
+
+        return await serve_web(config, args.port)
     if args.command == "trajectories":
         from gateway import trajectories_cli
 

@@ -87,6 +87,12 @@ def build_store(config: Config) -> SessionStore:
     return SqliteSessionStore(config.db_path)
 
 
+def build_prices(config: Config) -> dict[str, Price]:
+    """`prices:` from the config, by model, for /usage and the web view."""
+    return {model: Price.per_million(p.input, p.output, p.cache_read, p.cache_write)
+            for model, p in config.prices.items()}
+
+
 def build_conversations(config: Config, store: SessionStore,
                         metrics: Metrics | None = None) -> Conversations:
     """Providers (each call counted in `metrics`), the context engine (resolved first: an
@@ -100,8 +106,7 @@ def build_conversations(config: Config, store: SessionStore,
     provider = MeteredProvider(main, metrics, "chat")
     summary_provider = MeteredProvider(build_provider(aux) if aux is not None else main,
                                        metrics, "summary")
-    prices = {model: Price.per_million(p.input, p.output, p.cache_read, p.cache_write)
-              for model, p in config.prices.items()}
+    prices = build_prices(config)
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,

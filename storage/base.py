@@ -172,6 +172,11 @@ class SessionStore(ABC):
                                limit: int) -> list[StoredMessage]:
         """At most `limit` of the session's messages from position `start`, in order."""
 
+    @abstractmethod
+    async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
+        """Each of the chat's sessions: (the token estimate of all its messages, of those
+        written when it started: a continuation's compacted transcript and its reply)."""
+
     # --- running as a service -----------------------------------------------------------
     @abstractmethod
     async def begin_run(self) -> bool:

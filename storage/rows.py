@@ -206,6 +206,14 @@ USAGE_BY_CHAT = """
     GROUP BY s.chat_key, u.model"""
 
 
+# A template over the placeholder style: `?` (SQLite) or `$1` (PostgreSQL).
+SESSION_TOKENS = """
+    SELECT s.id, COALESCE(SUM(m.tokens), 0),
+        COALESCE(SUM(CASE WHEN m.created_at = s.started_at THEN m.tokens ELSE 0 END), 0)
+    FROM sessions AS s LEFT JOIN messages AS m ON m.session_id = s.id
+    WHERE s.chat_key = {key} GROUP BY s.id"""
+
+
 def chat_summaries(chats: Sequence[Sequence[Any]],
                    usage: Sequence[Sequence[Any]]) -> list[ChatSummary]:
     """Rows of CHAT_SUMMARIES and USAGE_BY_CHAT as summaries, newest activity first."""

@@ -158,6 +158,14 @@ class MetricsConfig(Section):
     port: int | None = Field(None, ge=0, le=65535)  # a port turns the Prometheus endpoint on
 
 
+class WebConfig(Section):
+    """`threadline web` (docs/web.md): where the read-only view listens, and its token."""
+
+    listen: str = "127.0.0.1"
+    port: int | None = Field(None, ge=0, le=65535)  # null: 8480
+    token: OptStr = None
+
+
 class StorageConfig(Section):
     path: Path | None = None
     # PostgreSQL instead of the SQLite file, for several gateway processes on one database
@@ -248,6 +256,7 @@ class Config(Section):
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     prompt_caching: PromptCachingConfig = Field(default_factory=PromptCachingConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     streaming: StreamingConfig = Field(default_factory=StreamingConfig)
     transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
     attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
@@ -317,6 +326,7 @@ class Config(Section):
             self.platforms.telegram.webhook.secret_token,
             self.platforms.discord.token,
             self.storage.url_password,
+            self.web.token,
         )
         return [value for value in candidates if value]
 

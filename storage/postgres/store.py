@@ -379,6 +379,10 @@ class PostgresSessionStore(SessionStore):
         found = await self._fetch(q.SESSION_PAGE, session_id, start, limit)
         return [rows.stored_message(row) for row in found]
 
+    async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
+        found = await self._fetch(rows.SESSION_TOKENS.format(key="$1"), chat_key)
+        return {row[0]: (int(row[1]), int(row[2])) for row in found}
+
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         found = await self._fetch(q.CHAT_ACTIVITY, chat_key)
         return [ChatActivity(row[0], row[1], float(row[2])) for row in found]

@@ -373,6 +373,11 @@ class SqliteSessionStore(SessionStore):
         return await self._read(lambda db: q.fetch_all(
             db, q.SESSION_PAGE, (session_id, start, limit), rows.stored_message))
 
+    async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
+        found = await self._read(lambda db: q.fetch_all(
+            db, rows.SESSION_TOKENS.format(key="?"), (chat_key,), tuple), heavy=True)
+        return {row[0]: (int(row[1]), int(row[2])) for row in found}
+
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
         return await self._read(lambda db: q.fetch_all(
             db, q.CHAT_ACTIVITY, (chat_key,), lambda r: ChatActivity(r[0], r[1], float(r[2]))),

@@ -4,7 +4,7 @@ session's messages a page at a time."""
 from __future__ import annotations
 
 from storage.base import SessionStore
-from storage.models import TurnRecord, UsageRecord
+from storage.models import Compaction, TurnRecord, UsageRecord
 from tests.harness.store import grow_chain, msg, root
 
 
@@ -40,3 +40,17 @@ async def test_session_messages_come_a_page_at_a_time_in_order(store: SessionSto
     assert texts == ["be brief", *(f"m{n}" for n in range(25))]
     assert [m.seq for m in pages[1]] == list(range(10, 20))
     assert await store.session_messages("no-such-session", 0, 10) == []
+
+
+async def test_session_tokens_tell_a_continuation_what_it_started_with(
+        store: SessionStore) -> None:
+    parent = await root(store)
+    await store.append_messages(parent.id, [msg("user", "q", tokens=500)])
+    turn = TurnRecord(before=(msg("assistant", "a", tokens=300),),
+                      compaction=Compaction(messages=(msg("system", "s", tokens=5),
+                                                      msg("user", "[summary]", tokens=40))),
+                      after=(msg("assistant", "after", tokens=7),))
+    child = await store.record_turn(parent.id, turn)
+    await store.append_messages(child.id, [msg("user", "later", tokens=1000)])
+    found = await store.session_tokens("telegram:42")
+    assert found == {parent.id: (800, 0), child.id: (1052, 52)}

@@ -1,0 +1,1 @@
+"""The read-only web view of chats, chains and spending (docs/web.md)."""
