@@ -173,6 +173,10 @@ class SessionStore(ABC):
         """At most `limit` of the session's messages from position `start`, in order."""
 
     @abstractmethod
+    async def usage_by_day(self) -> dict[str, dict[str, UsageTotals]]:
+        """Every chat's usage summed by UTC day ("2026-11-25") and model, oldest day first."""
+
+    @abstractmethod
     async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
         """Each of the chat's sessions: (the token estimate of all its messages, of those
         written when it started: a continuation's compacted transcript and its reply)."""

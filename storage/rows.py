@@ -214,6 +214,21 @@ SESSION_TOKENS = """
     WHERE s.chat_key = {key} GROUP BY s.id"""
 
 
+# Usage by day and model; `{day}` is the backend's expression for the UTC date of `at`.
+USAGE_BY_DAY = """
+    SELECT {day} AS day, model, COALESCE(SUM(input), 0), COALESCE(SUM(output), 0),
+        COALESCE(SUM(cache_read), 0), COALESCE(SUM(cache_write), 0),
+        COALESCE(SUM(reasoning), 0), COUNT(*)
+    FROM usage GROUP BY day, model ORDER BY day, model"""
+
+
+def usage_by_day(found: Sequence[Sequence[Any]]) -> dict[str, dict[str, UsageTotals]]:
+    days: dict[str, dict[str, UsageTotals]] = {}
+    for row in found:
+        days.setdefault(str(row[0]), {})[row[1]] = usage_totals(tuple(row[2:]))
+    return days
+
+
 def chat_summaries(chats: Sequence[Sequence[Any]],
                    usage: Sequence[Sequence[Any]]) -> list[ChatSummary]:
     """Rows of CHAT_SUMMARIES and USAGE_BY_CHAT as summaries, newest activity first."""

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gateway.pricing import Price, format_usd
 from gateway.web.auth import Access, safe_next
+from gateway.web.charts import usage_charts
 from gateway.web.timeline import SORTS, chat_row, sort_rows, timeline
 from storage.base import SessionStore
 
@@ -57,6 +58,7 @@ def build_app(store: SessionStore, *, token: str,
     app.router.add_get("/chats/{chat_key}", chat_page)
     app.router.add_get("/sessions/{session_id}", session_page)
     app.router.add_get("/search", search_page)
+    app.router.add_get("/usage", usage_page)
     app.router.add_get("/api/chats", chats_api)
     return app
 
@@ -143,6 +145,12 @@ async def search_page(request: web.Request) -> web.Response:
     hits = await request.app[STORE].search(query, limit=100) if query else []
     return _render(request, "search.html", query=query, hits=hits,
                    per_page=MESSAGES_PER_PAGE)
+
+
+async def usage_page(request: web.Request) -> web.Response:
+    days = await request.app[STORE].usage_by_day()
+    return _render(request, "usage.html", charts=usage_charts(days, request.app[PRICES]),
+                   priced=bool(request.app[PRICES]))
 
 
 async def chats_api(request: web.Request) -> web.Response:

@@ -379,6 +379,10 @@ class PostgresSessionStore(SessionStore):
         found = await self._fetch(q.SESSION_PAGE, session_id, start, limit)
         return [rows.stored_message(row) for row in found]
 
+    async def usage_by_day(self) -> dict[str, dict[str, UsageTotals]]:
+        day = "to_char(to_timestamp(at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+        return rows.usage_by_day(await self._fetch(rows.USAGE_BY_DAY.format(day=day)))
+
     async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
         found = await self._fetch(rows.SESSION_TOKENS.format(key="$1"), chat_key)
         return {row[0]: (int(row[1]), int(row[2])) for row in found}

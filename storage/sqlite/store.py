@@ -373,6 +373,11 @@ class SqliteSessionStore(SessionStore):
         return await self._read(lambda db: q.fetch_all(
             db, q.SESSION_PAGE, (session_id, start, limit), rows.stored_message))
 
+    async def usage_by_day(self) -> dict[str, dict[str, UsageTotals]]:
+        sql = rows.USAGE_BY_DAY.format(day="strftime('%Y-%m-%d', at, 'unixepoch')")
+        return rows.usage_by_day(await self._read(
+            lambda db: db.execute(sql).fetchall(), heavy=True))
+
     async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
         found = await self._read(lambda db: q.fetch_all(
             db, rows.SESSION_TOKENS.format(key="?"), (chat_key,), tuple), heavy=True)

@@ -136,3 +136,17 @@ async def test_a_chat_of_10000_messages_pages_its_history(store: SessionStore,
     assert len(body.encode()) < 500_000
     assert "4999: a line" in body and "5198: a line" in body  # seq 0 is the system message
     assert "4998: a line" not in body and "5199: a line" not in body
+
+
+async def test_usage_charts_are_plain_svg_drawn_on_the_server(store: SessionStore,
+                                                              client: TestClient) -> None:
+    session = await root(store)
+    for model, tokens in (("m", 1000), ("other", 300)):
+        await store.record_usage(session.id, UsageRecord(model, "chat", input_tokens=tokens,
+                                                         cache_read_tokens=tokens // 2))
+    await signed_in(client)
+    page = await (await client.get("/usage")).text()
+    charts = re.findall(r'<figure class="chart" id="chart-(\w+)"><svg', page)
+    assert charts == ["kinds", "models", "cache", "cost"]
+    assert "<script" not in page and ".js" not in page  # nothing to load from anywhere
+    assert page.count(">other<") >= 1  # a model is a series of the by-model chart

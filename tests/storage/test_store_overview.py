@@ -54,3 +54,18 @@ async def test_session_tokens_tell_a_continuation_what_it_started_with(
     await store.append_messages(child.id, [msg("user", "later", tokens=1000)])
     found = await store.session_tokens("telegram:42")
     assert found == {parent.id: (800, 0), child.id: (1052, 52)}
+
+
+async def test_usage_by_day_sums_each_utc_day_and_model(store: SessionStore, backend) -> None:
+    session = await root(store)
+    for model, tokens in (("a", 10), ("a", 20), ("b", 5), ("a", 7)):
+        await store.record_usage(session.id, UsageRecord(model, "chat", input_tokens=tokens))
+    found = await backend.query("SELECT id FROM usage ORDER BY id")
+    # 2026-11-25 23:59:59 UTC, three times, then 2026-11-26 00:00:00 UTC.
+    for (row_id,), at in zip(found, (1795651199.0, 1795651199.0, 1795651199.0, 1795651200.0),
+                             strict=True):
+        await backend.query("UPDATE usage SET at = ? WHERE id = ?", at, row_id)
+    days = await store.usage_by_day()
+    assert list(days) == ["2026-11-25", "2026-11-26"]
+    assert {m: u.input_tokens for m, u in days["2026-11-25"].items()} == {"a": 30, "b": 5}
+    assert {m: (u.input_tokens, u.calls) for m, u in days["2026-11-26"].items()} == {"a": (7, 1)}
