@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP   := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench clean systemd-analyze postgres-server
+.PHONY: run test lint bench clean systemd-analyze postgres-server chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ run: $(LOCAL_STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 
-test: $(DEV_STAMP) lint systemd-analyze postgres-server
+test: $(DEV_STAMP) lint systemd-analyze postgres-server chromium
 	$(BIN)/pytest
 
 # tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze
@@ -41,6 +41,19 @@ systemd-analyze:
 	  { $$SUDO apt-get update -q >/dev/null && \
 	    $$SUDO apt-get install -y -q --no-install-recommends systemd >/dev/null; } || \
 	  echo "warning: could not install systemd; the unit-file test will fail"; \
+	}
+
+# tests/e2e/test_web_browser.py drives Debian's chromium with Playwright (its own browser
+# downloads are not used). Installing it is best effort, as above.
+chromium:
+	@{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  echo "installing Chromium for the browser tests (apt-get install chromium)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
+	  echo "warning: could not install chromium; the browser tests will fail"; \
 	}
 
 # The `postgres_server` test fixture (tests/harness/postgres.py) runs a real PostgreSQL
