@@ -90,6 +90,7 @@ bench: $(DEV_STAMP) $(HERMES_STAMP)
 	$(BIN)/python bench/attachments.py
 	$(BIN)/python bench/trajectories.py
 	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/web.py
 	HERMES_PY=$(HERMES_VENV)/bin/python $(BIN)/python bench/sidebyside/run.py
 
 clean:
