@@ -22,6 +22,7 @@ from gateway.web.timeline import SORTS, chat_row, sort_rows, timeline
 from storage.base import SessionStore
 
 CHATS_PER_PAGE = 50
+SESSIONS_PER_PAGE = 50  # a long chain's timeline pages too: each step may hold a summary
 MESSAGES_PER_PAGE = 200
 STORE = web.AppKey("store", SessionStore)
 PRICES = web.AppKey("prices", dict)
@@ -121,7 +122,11 @@ async def chat_page(request: web.Request) -> web.Response:
     if not sessions:
         raise web.HTTPNotFound(text=f"no chat {chat_key}")
     steps = timeline(sessions, await store.session_tokens(chat_key))
-    return _render(request, "chat.html", chat_key=chat_key, steps=steps,
+    pages = max(1, math.ceil(len(steps) / SESSIONS_PER_PAGE))
+    page = min(_page_number(request), pages)
+    return _render(request, "chat.html", chat_key=chat_key, total=len(steps),
+                   steps=steps[(page - 1) * SESSIONS_PER_PAGE:page * SESSIONS_PER_PAGE],
+                   page=page, pages=pages,
                    compactions=sum(1 for s in steps if s.session.kind == "compression"))
 
 

@@ -150,3 +150,13 @@ async def test_usage_charts_are_plain_svg_drawn_on_the_server(store: SessionStor
     assert charts == ["kinds", "models", "cache", "cost"]
     assert "<script" not in page and ".js" not in page  # nothing to load from anywhere
     assert page.count(">other<") >= 1  # a model is a series of the by-model chart
+
+
+async def test_a_long_chain_pages_its_timeline(store: SessionStore, client: TestClient) -> None:
+    ids = await grow_chain(store, 60)
+    await signed_in(client)
+    pages = [await (await client.get(f"/chats/telegram:42?page={n}")).text() for n in (1, 2)]
+    steps = [re.findall(r'<section class="step [a-z]+" id="s-([^"]+)"', p) for p in pages]
+    assert [len(s) for s in steps] == [50, 11]
+    assert steps[0] + steps[1] == ids  # oldest first, every session once
+    assert "61 session(s), 60 compaction(s)" in pages[0]
