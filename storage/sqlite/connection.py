@@ -92,6 +92,8 @@ class SqliteConnection:
         self._db = await asyncio.to_thread(self._connect)
         self._reader = Reader(self.path, self.plain, self._error)
         self._wake = asyncio.Event()
+        self._writes_open = asyncio.Event()  # cleared while a TRUNCATE checkpoint runs
+        self._writes_open.set()
         self._writer = asyncio.create_task(self._serve(), name=f"store {self.path}")
 
     def _connect(self) -> Db:
@@ -188,6 +190,8 @@ class SqliteConnection:
                     wake.clear()
                     await wake.wait()
                     continue
+                if not self._writes_open.is_set():  # a TRUNCATE checkpoint is running
+                    await self._writes_open.wait()
                 batch = [jobs.popleft() for _ in range(min(len(jobs), MAX_BATCH))]
                 try:
                     await self._run_batch(db, batch)
@@ -339,7 +343,7 @@ class SqliteConnection:
         """Every CHECKPOINT_EVERY commits, a WAL checkpoint in the reader thread."""
         if self.stats.commits % CHECKPOINT_EVERY == 0 and self._reader is not None \
                 and self.path != ":memory:":
-            self._reader.checkpoint()
+            self._reader.checkpoint(self._writes_open)
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         store_error = StoreError(f"store {self.path}: {exc}")

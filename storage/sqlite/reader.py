@@ -23,10 +23,14 @@ T = TypeVar("T")
 WAL_LIMIT_FRAMES = 2048  # pages (4 KiB each) the log may hold before it is emptied
 
 
-def _checkpoint(db: sqlite3.Connection) -> None:
+def _passive(db: sqlite3.Connection) -> int:
+    """Copy what it can without waiting; the frames the log holds."""
     _, log_frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    if log_frames > WAL_LIMIT_FRAMES:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return int(log_frames)
+
+
+def _truncate(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 class Reader:
@@ -37,27 +41,37 @@ class Reader:
         self._error = error
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="store-read")
         self._local = threading.local()
-        self._checkpointing = False
+        self._checkpointing: asyncio.Task[None] | None = None
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` on the reader's connection, in its thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, work)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, writes_open: asyncio.Event) -> None:
         """Copy the WAL back into the file, in the thread, one checkpoint at a time;
         nobody waits for it. PASSIVE first: it never holds the writer up, and between
         bursts the next write starts the log over. Under steady writing it never catches
-        up, so once the log holds more than WAL_LIMIT_FRAMES a TRUNCATE follows: it holds
-        the writer off (which waits asleep, on the loop) while it copies the little the
-        PASSIVE one left, and empties the log."""
-        if self._checkpointing:
+        up, so once the log holds more than WAL_LIMIT_FRAMES a TRUNCATE follows, which
+        needs a moment without a writer: `writes_open` is cleared while it runs, and the
+        writer task waits for it before its next transaction (a TRUNCATE that had to
+        find such a moment by itself lost to a busy writer every time)."""
+        if self._checkpointing is not None:
             return
-        self._checkpointing = True
-        done = asyncio.get_running_loop().run_in_executor(
-            self._executor, self._run, _checkpoint)
-        done.add_done_callback(self._checkpointed)
+        self._checkpointing = asyncio.create_task(self._checkpoint(writes_open))
+        self._checkpointing.add_done_callback(self._checkpointed)
+
+    async def _checkpoint(self, writes_open: asyncio.Event) -> None:
+        if await self.run(_passive) <= WAL_LIMIT_FRAMES:
+            return
+        writes_open.clear()
+        try:
+            await self.run(_truncate)
+        finally:
+            writes_open.set()
 
     async def close(self) -> None:
+        if self._checkpointing is not None:  # let it finish: the writer may wait for it
+            await asyncio.wait([self._checkpointing])
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
         self._executor.shutdown()
 
@@ -76,7 +90,7 @@ class Reader:
             self._local.db = None
             db.close()
 
-    def _checkpointed(self, done: asyncio.Future[object]) -> None:
-        self._checkpointing = False
+    def _checkpointed(self, done: asyncio.Task[None]) -> None:
+        self._checkpointing = None
         if not done.cancelled() and done.exception() is not None:
             log.warning("store %s: checkpoint failed: %s", self.path, done.exception())
