@@ -125,6 +125,18 @@ def update_request(previous: str, turns: str, focus_topic: str | None) -> str:
     )
 
 
+_TURNS = "\x00turns\x00"
+
+
+def request_frame(previous: str | None, focus_topic: str | None) -> tuple[str, str]:
+    """The request around its turns: `before + turns + after` is `first_request` (no
+    previous checkpoint) or `update_request`, so a caller can join it in one go."""
+    full = (update_request(previous, _TURNS, focus_topic) if previous is not None
+            else first_request(_TURNS, focus_topic))
+    before, _, after = full.rpartition(_TURNS)  # turns come last: only fixed text follows
+    return before, after
+
+
 def focus_block(focus_topic: str | None) -> str:
     if not focus_topic:
         return ""

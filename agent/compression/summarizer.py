@@ -13,8 +13,7 @@ from agent.compression.prompts import (
     SECTIONS,
     active_task_missing,
     base_instructions,
-    first_request,
-    update_request,
+    request_frame,
 )
 from agent.compression.render import fit_chars
 from agent.context_engine import UsageSink
@@ -114,15 +113,15 @@ class Summarizer:
 
     def _request_chars(self, previous: str | None, focus: str | None) -> int:
         """Characters left for turns once instructions, wrapper and summary are counted."""
-        wrapper = (update_request(previous, "", focus) if previous is not None
-                   else first_request("", focus))
+        before, after = request_frame(previous, focus)
         fixed_tokens = estimate_text(self.instructions) + 2 * MESSAGE_OVERHEAD
-        return (self.prompt_limit - fixed_tokens) * CHARS_PER_TOKEN - len(wrapper)
+        return (self.prompt_limit - fixed_tokens) * CHARS_PER_TOKEN - len(before) - len(after)
 
     @staticmethod
     def _next_chunk(pieces: Sequence[str], ends: Sequence[int], start: int,
-                    room: int) -> tuple[str, int]:
-        """Join pieces from `start` while they fit in `room` characters; always take one.
+                    room: int) -> tuple[list[str], int]:
+        """The pieces from `start` that fit in `room` characters, with the separators
+        between them, ready to join; always at least one.
 
         `ends[i]` is the joined length of pieces[:i + 1] (separators included), so the cut is
         found by bisection instead of a Python loop over every turn.
@@ -130,8 +129,10 @@ class Summarizer:
         offset = ends[start - 1] + len(_SEPARATOR) if start else 0
         stop = bisect.bisect_right(ends, offset + room, lo=start)
         if stop == start:  # one turn larger than the whole room: cut it to fit
-            return fit_chars(pieces[start], room), start + 1
-        return _SEPARATOR.join(pieces[start:stop]), stop
+            return [fit_chars(pieces[start], room)], start + 1
+        parts = [_SEPARATOR] * (2 * (stop - start) - 1)
+        parts[::2] = pieces[start:stop]
+        return parts, stop
 
     async def summarize(self, pieces: Sequence[str], previous: str | None,
                         focus: str | None) -> tuple[str, int]:
@@ -152,8 +153,10 @@ class Summarizer:
                 raise SummaryTooSmallWindow(
                     f"the summary model's {self.window}-token window is too small")
             turns, start = self._next_chunk(pieces, ends, start, room)
-            prompt = (update_request(running, turns, focus) if running is not None
-                      else first_request(turns, focus))
+            # The request is hundreds of thousands of characters: built in one join, not a
+            # join of the turns and then a copy into the prompt around them.
+            before, after = request_frame(running, focus)
+            prompt = "".join([before, *turns, after])
             reply = await self._call(prompt)
             running = trim_to(check_reply(reply), 2 * self.budget * CHARS_PER_TOKEN)
             chunks += 1

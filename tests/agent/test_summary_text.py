@@ -14,6 +14,7 @@ from agent.compression.prompts import (
     SUMMARY_PREFIX,
     base_instructions,
     first_request,
+    request_frame,
     update_request,
 )
 from agent.compression.render import fit_chars, truncate_middle
@@ -172,3 +173,15 @@ def test_extractive_fallback_is_short_concrete_and_prefixed() -> None:
     assert "/srv/app/build.sh" in text and "src/mod59.py" in text
     assert "ERROR: missing file src/mod59.py" in text
     assert "keep CI green" in text and "old ask" not in text
+
+
+@pytest.mark.parametrize("previous", [None, "## Goal\nold", "odd \x00turns\x00 text"])
+@pytest.mark.parametrize("focus", [None, "the CI pipeline"])
+def test_a_request_built_around_its_turns_is_the_request(previous, focus) -> None:
+    # The summarizer joins a request in one go around its frame (summarizer.py); the
+    # result must be exactly the request, whatever the previous checkpoint holds.
+    turns = "### user\nhello\n\n### assistant\nhi"
+    before, after = request_frame(previous, focus)
+    expected = (first_request(turns, focus) if previous is None
+                else update_request(previous, turns, focus))
+    assert before + turns + after == expected
