@@ -15,8 +15,8 @@ from gateway.app import Gateway
 from gateway.auth import Authorizer
 from gateway.config import load_config
 from gateway.conversations import Conversations
+from gateway.wiring import build_store
 from platforms.base import PlatformFactory
-from storage.sqlite import SqliteSessionStore
 
 
 class InstantProvider(Provider):
@@ -30,13 +30,15 @@ class InstantProvider(Provider):
                           CanonicalUsage(input_tokens=100, output_tokens=4), self.model)
 
 
-async def instant_gateway(tmp: Path, platform: PlatformFactory) -> Gateway:
-    """A started gateway on a fresh store, answering through the instant provider."""
+async def instant_gateway(tmp: Path, platform: PlatformFactory,
+                          storage: str | None = None) -> Gateway:
+    """A started gateway on a fresh store (a SQLite file in `tmp`, or the YAML mapping body
+    `storage`, e.g. `url: '...'`), answering through the instant provider."""
     cfg = tmp / "config.yaml"
-    cfg.write_text(f"storage: {{path: {tmp / 'bench.db'}}}\n"
-                   "gateway: {open: true, coalesce_ms: 0}\n")
+    storage = storage or f"path: {tmp / 'bench.db'}"
+    cfg.write_text(f"storage: {{{storage}}}\ngateway: {{open: true, coalesce_ms: 0}}\n")
     config = load_config(cfg)
-    store = SqliteSessionStore(config.db_path)
+    store = build_store(config)
     provider = InstantProvider(ProviderSettings(provider="openai", model="instant",
                                                 context_length=128_000))
     conversations = Conversations(
@@ -44,7 +46,7 @@ async def instant_gateway(tmp: Path, platform: PlatformFactory) -> Gateway:
         engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
         system_prompt="You are a benchmark.", settings=AgentSettings(max_output_tokens=256))
     gateway = Gateway(store, conversations, [platform], auth=Authorizer(config),
-                      coalesce_ms=0)
+                      coalesce_ms=0, lease_seconds=config.gateway.lease_seconds)
     await gateway.initialize()
     await gateway.start()
     return gateway

@@ -26,36 +26,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.agent import AgentSettings  # noqa: E402
-from agent.engines import resolve_engine_factory  # noqa: E402
-from agent.providers.base import ProviderSettings  # noqa: E402
-from bench.gateway import BenchPlatform, InstantProvider  # noqa: E402
+from bench.gateway import BenchPlatform  # noqa: E402
+from bench.instant import instant_gateway  # noqa: E402
 from gateway.app import Gateway  # noqa: E402
-from gateway.auth import Authorizer  # noqa: E402
-from gateway.config import load_config  # noqa: E402
-from gateway.conversations import Conversations  # noqa: E402
 from gateway.service import tune_collector  # noqa: E402
-from gateway.wiring import build_store  # noqa: E402
 from tests.harness.postgres import PostgresServer, run_in_fresh_loop  # noqa: E402
 
 CONFIGS = (("sqlite", 1), ("postgresql", 1), ("postgresql", 2), ("postgresql", 3))
 
 
 async def _gateway(tmp: Path, storage: str) -> tuple[Gateway, BenchPlatform]:
-    cfg = tmp / "config.yaml"
-    cfg.write_text(f"storage: {{{storage}}}\ngateway: {{open: true, coalesce_ms: 0}}\n")
-    config = load_config(cfg)
-    store = build_store(config)
-    provider = InstantProvider(ProviderSettings(provider="openai", model="instant",
-                                                context_length=128_000))
-    conversations = Conversations(
-        store, provider=provider, summary_provider=None,
-        engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
-        system_prompt="You are a benchmark.", settings=AgentSettings(max_output_tokens=256))
-    gateway = Gateway(store, conversations, [BenchPlatform], auth=Authorizer(config),
-                      coalesce_ms=0, lease_seconds=config.gateway.lease_seconds)
-    await gateway.initialize()
-    await gateway.start()
+    gateway = await instant_gateway(tmp, BenchPlatform, storage)
     tune_collector()  # as `threadline run` does once started
     platform = gateway.adapters["bench"]
     assert isinstance(platform, BenchPlatform)

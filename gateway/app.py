@@ -337,12 +337,9 @@ class Gateway:
         else:
             await self.cluster.enqueue(chat_key, job)
 
-    async def _adopt(self, chat_key: str, record: InboundRecord | Job) -> None:
-        """A ledger row (or job) another process stored or left: routed as if received."""
-        if isinstance(record, InboundRecord):
-            await self._route(message_of(record), record, parse_command(record.text))
-        else:
-            await self._enqueue(chat_key, record)
+    async def _adopt(self, record: InboundRecord) -> None:
+        """A pending ledger row another process stored or left: routed as if received."""
+        await self._route(message_of(record), record, parse_command(record.text))
 
     # --- recovery ---------------------------------------------------------------------------
     async def _recover(self, rows: list[InboundRecord]) -> None:

@@ -27,8 +27,8 @@ from storage.models import InboundRecord
 
 log = logging.getLogger(__name__)
 
-# Routes one recovered ledger row (or job) the way a newly received one is routed.
-Adopt = Callable[[str, InboundRecord | Job], Awaitable[None]]
+# Routes one pending ledger row the way a newly received message is routed.
+Adopt = Callable[[InboundRecord], Awaitable[None]]
 
 
 def holder_name() -> str:
@@ -106,7 +106,7 @@ class Cluster:
         routed = self._routed.setdefault(chat_key, set())
         for key, work in recovery_jobs([r for r in rows if r.id not in routed]):
             if isinstance(work, tuple):  # a pending message: routed like a new one
-                await self._adopt(key, work[1])
+                await self._adopt(work[1])
             else:
                 self._hand_over(key, work)
 

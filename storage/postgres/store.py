@@ -151,7 +151,6 @@ class PostgresSessionStore(SessionStore):
         """One statement's rows (one statement: atomic without a transaction block)."""
         return await self._run(lambda con: con.fetch(sql, *args), transaction=False)
 
-    _fetch = fetch
 
     async def _execute(self, sql: str, *args: Any) -> None:
         await self._run(lambda con: con.execute(sql, *args), transaction=False)
@@ -224,7 +223,7 @@ class PostgresSessionStore(SessionStore):
         await self._then(session_id, work, lambda _: self._live.forget(session_id))
 
     async def get_compression_tip(self, session_id: str) -> str:
-        found = await self._fetch(q.TIP, *q.chain_params(session_id))
+        found = await self.fetch(q.TIP, *q.chain_params(session_id))
         tip, depth = found[0]
         if depth >= rows.MAX_CHAIN_DEPTH:
             log.warning("compression chain from %s is cyclic or deeper than %d steps",
@@ -232,13 +231,13 @@ class PostgresSessionStore(SessionStore):
         return str(tip)
 
     async def chain(self, session_id: str) -> list[SessionRecord]:
-        found = await self._fetch(q.CHAIN_SESSIONS, *q.chain_params(session_id))
+        found = await self.fetch(q.CHAIN_SESSIONS, *q.chain_params(session_id))
         return [rows.session_record(row) for row in found]
 
     async def list_sessions(self, chat_key: str | None = None,
                             limit: int = 200) -> list[SessionRecord]:
         return [rows.session_record(row)
-                for row in await self._fetch(q.SESSION_BY_CHAT, chat_key, limit)]
+                for row in await self.fetch(q.SESSION_BY_CHAT, chat_key, limit)]
 
     async def save_engine_state(self, session_id: str, state: dict[str, Any],
                                 last_prompt_tokens: int | None = None) -> None:
@@ -248,10 +247,10 @@ class PostgresSessionStore(SessionStore):
 
     # --- messages --------------------------------------------------------------------
     async def load_history(self, session_id: str) -> list[StoredMessage]:
-        return [rows.stored_message(row) for row in await self._fetch(q.HISTORY, session_id)]
+        return [rows.stored_message(row) for row in await self.fetch(q.HISTORY, session_id)]
 
     async def message(self, row_id: int) -> StoredMessage | None:
-        found = await self._fetch(q.MESSAGE_BY_ID, row_id)
+        found = await self.fetch(q.MESSAGE_BY_ID, row_id)
         return rows.stored_message(found[0]) if found else None
 
     async def append_messages(self, session_id: str,
@@ -289,7 +288,7 @@ class PostgresSessionStore(SessionStore):
         match = q.ts_query(query)
         if match is None:
             return []
-        found = await self._fetch(q.SEARCH, match, chat_key, limit)
+        found = await self.fetch(q.SEARCH, match, chat_key, limit)
         return [rows.search_hit(row) for row in found]
 
     # --- the inbound ledger ----------------------------------------------------------
@@ -298,7 +297,7 @@ class PostgresSessionStore(SessionStore):
                      extra: dict[str, Any] | None = None) -> InboundRecord | None:
         record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
                                sender_name, time.time(), "pending", None, dict(extra or {}))
-        found = await self._fetch(q.INGEST, *rows.inbound_values(record))
+        found = await self.fetch(q.INGEST, *rows.inbound_values(record))
         return replace(record, id=found[0][0]) if found else None
 
     async def take_inbound(self, inbound_ids: list[int], session_id: str,
@@ -316,7 +315,7 @@ class PostgresSessionStore(SessionStore):
 
     async def find_inbound(self, platform: str, chat_id: str,
                            message_id: str) -> InboundRecord | None:
-        found = await self._fetch(q.FIND_INBOUND, platform, chat_id, message_id)
+        found = await self.fetch(q.FIND_INBOUND, platform, chat_id, message_id)
         return rows.inbound_record(found[0]) if found else None
 
     async def update_inbound_text(self, platform: str, chat_id: str, message_id: str,
@@ -330,15 +329,15 @@ class PostgresSessionStore(SessionStore):
         await self._execute(q.FINISH_INBOUND, status, list(inbound_ids))
 
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
-        found = await self._fetch(q.INBOUND_BY_IDS, list(inbound_ids))
+        found = await self.fetch(q.INBOUND_BY_IDS, list(inbound_ids))
         return [rows.inbound_record(row) for row in found]
 
     async def open_inbound(self, chat_key: str | None = None) -> list[InboundRecord]:
-        return [rows.inbound_record(row) for row in await self._fetch(q.OPEN_INBOUND, chat_key)]
+        return [rows.inbound_record(row) for row in await self.fetch(q.OPEN_INBOUND, chat_key)]
 
     # --- deliveries ------------------------------------------------------------------
     async def deliveries(self, inbound_id: int) -> list[Delivery]:
-        return [rows.delivery(row) for row in await self._fetch(q.DELIVERIES_OF, inbound_id)]
+        return [rows.delivery(row) for row in await self.fetch(q.DELIVERIES_OF, inbound_id)]
 
     async def mark_delivered(self, inbound_id: int, chunk: int,
                              platform_message_id: str | None, *, failed: bool = False) -> None:
@@ -346,7 +345,7 @@ class PostgresSessionStore(SessionStore):
                             platform_message_id, time.time(), inbound_id, chunk)
 
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
-        return {row[0] for row in await self._fetch(q.UNDELIVERED, list(reply_row_ids))}
+        return {row[0] for row in await self.fetch(q.UNDELIVERED, list(reply_row_ids))}
 
     # --- usage -----------------------------------------------------------------------
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None:
@@ -357,15 +356,15 @@ class PostgresSessionStore(SessionStore):
         await self._run(work)
 
     async def usage_totals(self, session_id: str) -> UsageTotals:
-        found = await self._fetch(q.USAGE_TOTALS, *q.chain_params(session_id))
+        found = await self.fetch(q.USAGE_TOTALS, *q.chain_params(session_id))
         return rows.usage_totals(tuple(found[0]))
 
     async def usage_by_model(self, session_id: str) -> dict[str, UsageTotals]:
-        found = await self._fetch(q.USAGE_BY_MODEL, *q.chain_params(session_id))
+        found = await self.fetch(q.USAGE_BY_MODEL, *q.chain_params(session_id))
         return {row[0]: rows.usage_totals(tuple(row[1:])) for row in found}
 
     async def usage_by_session(self, session_ids: list[str]) -> dict[str, UsageTotals]:
-        found = await self._fetch(q.USAGE_BY_SESSION, list(session_ids))
+        found = await self.fetch(q.USAGE_BY_SESSION, list(session_ids))
         return {row[0]: rows.usage_totals(tuple(row[1:])) for row in found}
 
     async def chat_summaries(self) -> list[ChatSummary]:
@@ -376,24 +375,24 @@ class PostgresSessionStore(SessionStore):
 
     async def session_messages(self, session_id: str, start: int,
                                limit: int) -> list[StoredMessage]:
-        found = await self._fetch(q.SESSION_PAGE, session_id, start, limit)
+        found = await self.fetch(q.SESSION_PAGE, session_id, start, limit)
         return [rows.stored_message(row) for row in found]
 
     async def usage_by_day(self) -> dict[str, dict[str, UsageTotals]]:
         day = "to_char(to_timestamp(at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
-        return rows.usage_by_day(await self._fetch(rows.USAGE_BY_DAY.format(day=day)))
+        return rows.usage_by_day(await self.fetch(rows.USAGE_BY_DAY.format(day=day)))
 
     async def session_tokens(self, chat_key: str) -> dict[str, tuple[int, int]]:
-        found = await self._fetch(rows.SESSION_TOKENS.format(key="$1"), chat_key)
+        found = await self.fetch(rows.SESSION_TOKENS.format(key="$1"), chat_key)
         return {row[0]: (int(row[1]), int(row[2])) for row in found}
 
     async def chat_activity(self, chat_key: str | None = None) -> list[ChatActivity]:
-        found = await self._fetch(q.CHAT_ACTIVITY, chat_key)
+        found = await self.fetch(q.CHAT_ACTIVITY, chat_key)
         return [ChatActivity(row[0], row[1], float(row[2])) for row in found]
 
     # --- settings --------------------------------------------------------------------
     async def get_setting(self, key: str) -> str | None:
-        found = await self._fetch(q.GET_SETTING, key)
+        found = await self.fetch(q.GET_SETTING, key)
         return None if not found else str(found[0][0])
 
     async def put_setting(self, key: str, value: str) -> None:
