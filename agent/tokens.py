@@ -123,13 +123,15 @@ def estimate_tools(tools: Sequence[dict[str, Any]] | None) -> int:
 class _Entry:
     """What we know about one message. Holding `msg` pins its id while the entry lives."""
 
-    __slots__ = ("msg", "tokens", "redacted", "derived")
+    __slots__ = ("msg", "tokens", "redacted")
 
     def __init__(self, msg: Message, tokens: int) -> None:
         self.msg = msg
         self.tokens = tokens
         self.redacted: Message | None = None
-        self.derived: dict[str, Any] | None = None
+
+
+_MISSING = object()
 
 
 class TokenCache:
@@ -137,12 +139,15 @@ class TokenCache:
 
     Keyed by `id(msg)`: messages are never mutated in this codebase, and the entry keeps a
     reference to the dict, so an id cannot be reused by another message while cached.
+    Derived values live in one `id -> value` map per kind, never without an entry for the
+    same id (which pins it): a compaction then collects ~2,000 of them in one C-level `map`.
     """
 
     def __init__(self, redactor: Callable[[Message], Message] = redact_message, *,
                  image_cost: int = IMAGE_TOKENS) -> None:
         self.image_cost = image_cost  # one picture, for the provider at hand
         self._entries: dict[int, _Entry] = {}
+        self._derived: dict[str, dict[int, Any]] = {}  # kind -> id(msg) -> value
         self._redactor = redactor
         self._tools: tuple[Any, int] | None = None  # (the tools list, its estimate)
         # Other per-message work to do at ingest (e.g. the summarizer's rendering), so a
@@ -185,31 +190,27 @@ class TokenCache:
 
     def derived(self, msg: Message, key: str, compute: Callable[[Message], Any]) -> Any:
         """Any other per-message value (e.g. the summarizer's rendering), computed once."""
-        entry = self._entries.get(id(msg)) or self._entry(msg)
-        found = entry.derived
-        if found is None:
-            found = entry.derived = {}
-        elif key in found:
-            return found[key]
-        value = found[key] = compute(msg)
+        values = self._derived.get(key)
+        if values is None:
+            values = self._derived[key] = {}
+        found = values.get(id(msg), _MISSING)
+        if found is not _MISSING:
+            return found
+        if id(msg) not in self._entries:
+            self._entry(msg)  # pins the id for as long as the value is kept
+        value = values[id(msg)] = compute(msg)
         return value
 
     def is_warm(self, msg: Message, key: str) -> bool:
         """Whether `derived(msg, key, ...)` would be a cache hit."""
-        entry = self._entries.get(id(msg))
-        return entry is not None and entry.derived is not None and key in entry.derived
+        return id(msg) in self._derived.get(key, ())
 
     def values(self, msgs: Iterable[Message], key: str) -> list[Any]:
         """The cached `key` value of each message, None where it was never computed."""
-        entries = self._entries
-        out: list[Any] = []
-        append = out.append
-        for msg in msgs:
-            try:  # a compaction asks for ~2,000 at once, nearly all cached: the fast path
-                append(entries[id(msg)].derived[key])  # type: ignore[index]
-            except (KeyError, TypeError):  # no entry, no derived values, or not this one
-                append(None)
-        return out
+        values = self._derived.get(key)
+        if values is None:
+            return [None for _ in msgs]
+        return list(map(values.get, map(id, msgs)))
 
     def ingest(self, msg: Message, *, redact: bool = True) -> int:
         """Warm the cache for a newly stored message; returns its estimate."""
@@ -237,6 +238,8 @@ class TokenCache:
             entry = self._entries.get(id(msg))
             if entry is not None and entry.msg is msg:
                 del self._entries[id(msg)]
+                for values in self._derived.values():
+                    values.pop(id(msg), None)
 
     def retain(self, msgs: Iterable[Message]) -> None:
         """Keep only these messages' entries: a compaction's output is the live transcript."""
@@ -247,9 +250,12 @@ class TokenCache:
             if entry is not None and entry.msg is msg:
                 kept[id(msg)] = entry
         self._entries = kept
+        self._derived = {key: {i: values[i] for i in kept if i in values}
+                         for key, values in self._derived.items()}
 
     def clear(self) -> None:
         self._entries.clear()
+        self._derived.clear()
         self._tools = None
 
 

@@ -102,6 +102,27 @@ def test_discard_forgets_and_recounts() -> None:
     assert cache.total(msgs) == sum(estimate_message(m) for m in msgs)
 
 
+def test_a_derived_value_leaves_with_its_message_and_never_passes_to_a_new_one() -> None:
+    cache = TokenCache()
+    msgs = chat(2)
+    for msg in msgs:
+        cache.derived(msg, "piece", lambda m: f"piece of {m['content']}")
+    pieces = [f"piece of {m['content']}" for m in msgs]
+    assert cache.values(msgs, "piece") == pieces
+    cache.retain(msgs[1:])  # what a compaction keeps
+    assert cache.values(msgs, "piece") == [None, *pieces[1:]]
+    cache.discard(msgs[-1:])
+    assert not cache.is_warm(msgs[-1], "piece")
+    assert cache.values(msgs[1:], "piece") == [*pieces[1:-1], None]
+    # A value computed for a message that was never estimated pins that message's id too.
+    fresh = TokenCache()
+    small = {"role": "user", "content": "hi"}
+    fresh.derived(small, "piece", lambda m: "piece of hi")
+    del small
+    newcomers = [{"role": "user", "content": str(i)} for i in range(200)]
+    assert fresh.values(newcomers, "piece") == [None] * 200
+
+
 def test_calibration_learns_a_smoothed_clamped_ratio() -> None:
     cal = Calibration()
     assert cal.apply(1_000) == 1_000
