@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent.redact_screen import Found, Screen
@@ -313,6 +313,15 @@ def redact(text: str) -> str:
     if found is Found.VALUES:
         return _redact_values(text, _lower(text))
     return text
+
+
+def redact_each(texts: Sequence[str]) -> list[str]:
+    """`[redact(t) for t in texts]`, with one screening scan over them all instead of one
+    per text: most of a compaction's ~2,000 rendered turns hold nothing to redact."""
+    out = list(texts)
+    for index in _SCREEN.candidates(out):
+        out[index] = redact(out[index])
+    return out
 
 
 def _redact_all(text: str, lower: str) -> str:

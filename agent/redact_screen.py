@@ -17,7 +17,9 @@ what the pattern excludes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import itertools
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 
 import re2
@@ -40,22 +42,49 @@ class Screen:
         options = re2.Options()
         options.max_mem = 32 << 20  # room for the whole set as one DFA
         self._set = re2.Set.SearchSet(options)
-        self._rules = 0
-        for source in rules:
-            self._set.Add(source)
-            self._rules += 1
+        sources = list(rules)
+        self._rules = len(sources)
         words = "|".join(sorted(map(re2.escape, keys), key=len, reverse=True))
         # `key = value`, `"key": "value"`, `key => value`: the key word, an optional
         # (escaped) quote and blanks, then the separator. Matched case-blind on the text,
         # where the value pass reads the lower-cased copy: RE2's folding covers every
         # character that lower-cases to an ASCII letter.
-        self._set.Add(rf"(?i)(?:{words})(?:\\?[\"'])?[ \t]*[:=]")
+        sources.append(rf"(?i)(?:{words})(?:\\?[\"'])?[ \t]*[:=]")
         # `--db-password value`: a flag whose name ends with a key word, then a blank.
-        self._set.Add(rf"(?i)--[a-z0-9_.-]*(?:{words})[ \t]")
+        sources.append(rf"(?i)--[a-z0-9_.-]*(?:{words})[ \t]")
+        for source in sources:
+            self._set.Add(source)
         self._set.Compile()
+        # The same conditions as one pattern, for `candidates`. None of them can match a
+        # line break, which is what lets one scan over texts joined by "\n" stand for a
+        # scan of each text alone.
+        self._any = re2.compile("|".join(f"(?:{source})" for source in sources), options)
 
     def check(self, text: str) -> Found:
         hits = self._set.Match(text)
         if not hits:
             return Found.NOTHING
         return Found.RULES if min(hits) < self._rules else Found.VALUES
+
+    def candidates(self, texts: Sequence[str]) -> list[int]:
+        """The indices of the texts `check` would not call NOTHING, in one scan of them all.
+
+        A compaction screens ~2,000 rendered turns: one automaton pass over their join costs
+        a fraction of 2,000 separate calls. A text with a hit is skipped past at once, so the
+        scan stops once per candidate, not once per match.
+        """
+        try:
+            encoded = list(map(str.encode, texts))
+        except UnicodeEncodeError:  # a lone surrogate, which RE2 cannot read: no shortcut
+            return list(range(len(texts)))
+        # ends[i]: where text i's "\n" ends in the join, so a position's text is a bisection.
+        ends = list(itertools.accumulate(map((1).__add__, map(len, encoded))))
+        joined = b"\n".join(encoded)
+        search = self._any.search
+        found: list[int] = []
+        pos = 0
+        while (hit := search(joined, pos)) is not None:
+            index = bisect.bisect_right(ends, hit.start())
+            found.append(index)
+            pos = ends[index]
+        return found

@@ -172,11 +172,15 @@ class TokenCache:
         return entry.tokens if entry is not None else self._entry(msg).tokens
 
     def total(self, msgs: Iterable[Message]) -> int:
+        """Summed estimates. A message not cached yet is estimated but not kept: a plain
+        list (a history loaded from the store) is usually summed once and then compacted,
+        and an entry costs several times the estimate it would save."""
         entries = self._entries
+        image_cost = self.image_cost
         total = 0
         for msg in msgs:
             entry = entries.get(id(msg))
-            total += entry.tokens if entry is not None else self._entry(msg).tokens
+            total += entry.tokens if entry is not None else estimate_message(msg, image_cost)
         return total
 
     def redacted(self, msg: Message) -> Message:

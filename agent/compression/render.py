@@ -1,8 +1,13 @@
 """How compacted turns look to the summarizer: original text, head/tail-truncated, with headers.
 
-The summarizer reads the *original* messages (already redacted), never pruned one-liners.
-Each rendering depends only on its message (and, for a tool result, on the call that
-produced it), so it is computed once per message and cached in the `TokenCache`.
+The summarizer reads the *original* messages, never pruned one-liners. Each rendering
+depends only on its message (and, for a tool result, on the call that produced it), so it
+is computed once per message and cached in the `TokenCache`.
+
+Redaction runs on the finished rendering, so it covers exactly the text the summarizer
+reads (a secret spelled with JSON escapes in tool arguments is caught once decoded for the
+header). A text about to be cut is redacted before the cut, so no secret is split into a
+half the patterns no longer recognise (docs/architecture.md, "Secrets").
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from agent.compression.markers import split_summary
 from agent.messages import content_text
+from agent.redact import redact, redact_each
 from agent.tokens import Message, TokenCache
 
 BODY_LIMIT = 5_500
@@ -56,12 +62,20 @@ def _call_parts(msg: Message) -> list[tuple[str, str, str]]:
     return out
 
 
+def _cut(text: str) -> str:
+    """`truncate_middle` for text that is redacted only after rendering (see the module doc)."""
+    return truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text
+
+
 def key_arguments(raw: Any) -> str:
     """A few short scalar arguments (path, command, query...) that identify a call."""
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
-        return truncate_middle(str(raw), KEY_ARG_CHARS, KEY_ARG_CHARS - 20, 20)
+        text = str(raw)
+        if len(text) > KEY_ARG_CHARS:  # about to be cut: redacted first (module doc)
+            text = redact(text)
+        return truncate_middle(text, KEY_ARG_CHARS, KEY_ARG_CHARS - 20, 20)
     if not isinstance(args, dict):
         return ""
     picked: list[str] = []
@@ -75,24 +89,32 @@ def key_arguments(raw: Any) -> str:
     return ", ".join(picked)
 
 
-def _render_body(msg: Message) -> tuple[str, int]:
-    """(rendered text without a tool header, full size in characters) of a redacted message."""
+Calls = dict[str, tuple[str, str]]  # call id -> (tool name, key arguments)
+
+
+def raw_piece(msg: Message, calls: Calls) -> str:
+    """One message as the summarizer reads it, before redaction (only cut text is redacted).
+
+    A tool result is headed by the call that produced it, looked up in `calls`."""
     role = msg.get("role") or "user"
-    text = content_text(msg.get("content"))
+    content = msg.get("content")
+    text = content if isinstance(content, str) else content_text(content)
     if role == "tool":
-        return truncate_middle(text), len(text)
+        name, key = calls.get(str(msg.get("tool_call_id")), ("unknown tool", ""))
+        args = f" ({key})" if key else ""
+        return f"### tool result: {name}{args}, {len(text):,} characters in full\n{_cut(text)}"
+    tool_calls = msg.get("tool_calls")
+    if not tool_calls:
+        return f"### {role}\n{_cut(text)}" if text else f"### {role}"
     lines = [f"### {role}"]
     if text:
-        lines.append(truncate_middle(text))
-    for call in msg.get("tool_calls") or ():
+        lines.append(_cut(text))
+    for call in tool_calls:
         fn = call.get("function") or {} if isinstance(call, dict) else {}
         args = fn.get("arguments")
         args_text = args if isinstance(args, str) else json.dumps(args)
-        lines.append(f"→ calls {fn.get('name') or 'tool'}: {truncate_middle(args_text or '')}")
-    return "\n".join(lines), len(text)
-
-
-Calls = dict[str, tuple[str, str]]  # call id -> (tool name, key arguments)
+        lines.append(f"→ calls {fn.get('name') or 'tool'}: {_cut(args_text or '')}")
+    return "\n".join(lines)
 
 
 class TurnRenderer:
@@ -107,39 +129,34 @@ class TurnRenderer:
         self.cache = cache
         self._recent_calls: Calls = {}  # the calls of the last assistant message warmed
 
-    def _calls(self, msg: Message) -> list[tuple[str, str, str]]:
-        return _call_parts(self.cache.redacted(msg))
-
-    def _piece(self, msg: Message, calls: Calls) -> str:
-        body, size = _render_body(self.cache.redacted(msg))
-        if msg.get("role") != "tool":
-            return body
-        name, key = calls.get(str(msg.get("tool_call_id")), ("unknown tool", ""))
-        args = f" ({key})" if key else ""
-        return f"### tool result: {name}{args}, {size:,} characters in full\n{body}"
-
     def warm(self, msg: Message) -> None:
         role = msg.get("role")
         if role == "assistant" and msg.get("tool_calls"):
-            parts = self.cache.derived(msg, "calls", self._calls)
-            self._recent_calls = {call_id: (name, key) for call_id, name, key in parts}
+            self._recent_calls = {call_id: (name, key)
+                                  for call_id, name, key in _call_parts(msg)}
         elif role == "tool" and str(msg.get("tool_call_id")) not in self._recent_calls:
             return  # its call was not stored just before: render it at compaction time
         calls = self._recent_calls
-        self.cache.derived(msg, "piece", lambda m: self._piece(m, calls))
+        self.cache.derived(msg, "piece", lambda m: redact(raw_piece(m, calls)))
 
     def render(self, originals: Sequence[Message]) -> list[str]:
-        """One text per message; pieces missing from the cache are made (and kept) now."""
+        """One text per message: the cached pieces, and the rest rendered now (not kept:
+        an unwarmed span is a one-off list, and a compaction drops it anyway)."""
         pieces = self.cache.values(originals, "piece")
         if None not in pieces:
             return pieces
         calls: Calls = {}
+        missing: list[int] = []
+        raw: list[str] = []
         for i, msg in enumerate(originals):
             if msg.get("role") == "assistant" and msg.get("tool_calls"):
-                for call_id, name, key in self.cache.derived(msg, "calls", self._calls):
+                for call_id, name, key in _call_parts(msg):
                     calls[call_id] = (name, key)
             if pieces[i] is None:
-                pieces[i] = self.cache.derived(msg, "piece", lambda m: self._piece(m, calls))
+                missing.append(i)
+                raw.append(raw_piece(msg, calls))
+        for i, piece in zip(missing, redact_each(raw), strict=True):
+            pieces[i] = piece
         return pieces
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.redact import REDACTED, _lower, _redact_all, redact, redact_message
+from agent.redact import REDACTED, _lower, _redact_all, redact, redact_each, redact_message
 from gateway.logs import RedactingFilter
 
 # Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
@@ -344,3 +344,11 @@ def test_the_screen_never_changes_a_result(parts: list[str], joint: str) -> None
     # The screen may only skip text the full pass would leave alone (agent/redact_screen.py).
     text = joint.join(parts)
     assert redact(text) == _redact_all(text, _lower(text))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.builds(lambda parts, joint: joint.join(parts),
+                          st.lists(_PIECE, max_size=3), _BLANK), max_size=8))
+def test_one_scan_over_many_texts_redacts_each_as_if_alone(texts: list[str]) -> None:
+    # agent/redact_screen.py `candidates`: the texts are screened joined by line breaks.
+    assert redact_each(texts) == [redact(t) for t in texts]

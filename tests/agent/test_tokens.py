@@ -96,7 +96,10 @@ def test_a_cached_message_pins_its_id_so_a_new_dict_cannot_inherit_its_count() -
 def test_discard_forgets_and_recounts() -> None:
     cache = TokenCache()
     msgs = chat(3)
-    cache.total(msgs)
+    assert cache.total(msgs) == sum(estimate_message(m) for m in msgs)
+    assert len(cache) == 0  # a one-off sum keeps nothing
+    for msg in msgs:
+        cache.tokens(msg)
     cache.discard(msgs[:5])
     assert len(cache) == len(msgs) - 5
     assert cache.total(msgs) == sum(estimate_message(m) for m in msgs)

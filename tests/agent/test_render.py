@@ -1,0 +1,73 @@
+"""What the summarizer reads of each turn (agent/compression/render.py): redacted as it is
+rendered, cut only after redaction, and the same whether warmed at ingest or rendered cold."""
+
+from __future__ import annotations
+
+import copy
+
+from agent.compression.render import BODY_LIMIT, HEAD_KEEP, KEY_ARG_CHARS, TurnRenderer
+from agent.redact import REDACTED
+from agent.tokens import Message, TokenCache
+from tests.harness.transcripts import assistant, call, result, user
+
+KEY = "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl"
+GITHUB = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+
+
+def cold(msgs: list[Message]) -> list[str]:
+    return TurnRenderer(TokenCache()).render(msgs)
+
+
+def warm(msgs: list[Message]) -> list[str]:
+    cache = TokenCache()
+    renderer = TurnRenderer(cache)
+    cache.warmers.append(renderer.warm)
+    for msg in msgs:
+        cache.ingest(msg)
+    assert all(cache.is_warm(m, "piece") for m in msgs)  # nothing left for render to do
+    return renderer.render(msgs)
+
+
+def straddling(at: int, total: int, prefix: str = "") -> str:
+    """A `total`-character text whose cut at `at` characters would keep 5 of the key's."""
+    head = prefix + "x" * (at - 6 - len(prefix)) + " "
+    return head + KEY + " " + "y" * (total - len(head) - len(KEY) - 1)
+
+
+def test_a_secret_across_a_cut_is_redacted_before_the_cut() -> None:
+    long = straddling(HEAD_KEEP, BODY_LIMIT + 2_000)
+    odd = straddling(KEY_ARG_CHARS - 20, 400, "not json ")  # cut for the result's header
+    msgs = [user(long),
+            assistant(None, [{"id": "c1", "type": "function",
+                              "function": {"name": "run", "arguments": odd}},
+                             {"id": "c2", "type": "function",
+                              "function": {"name": "write", "arguments": long}}]),
+            result("c1", long)]
+    pieces = cold(msgs)
+    assert all("omitted" in p for p in pieces)  # every one of them was cut
+    assert [p for p in pieces if "sk-Ab" in p] == []
+
+
+def test_a_secret_spelled_in_json_escapes_is_redacted_where_the_header_decodes_it() -> None:
+    escaped = KEY.replace("s", "\\u0073", 1)  # the raw arguments never spell "sk-"
+    args = '{"cmd": "export OPENAI=' + escaped + '"}'
+    msgs = [assistant(None, [{"id": "c1", "type": "function",
+                              "function": {"name": "shell", "arguments": args}}]),
+            result("c1", "done")]
+    header = cold(msgs)[1].splitlines()[0]
+    assert header.startswith('### tool result: shell (cmd="export OPENAI=')
+    assert KEY not in header and REDACTED in header
+
+
+def test_warmed_and_cold_renderings_are_the_same_text() -> None:
+    msgs = [user(f"my key is {KEY}, keep it"),
+            assistant("checking", [call("c1", "fetch", url="https://h/x", token=GITHUB),
+                                   call("c2", "read_file", path="/etc/app.conf")]),
+            result("c1", f"Authorization: Bearer {GITHUB}\nok"),
+            result("c2", "password = hunter2\n" + "z" * (BODY_LIMIT + 50) + " " + KEY),
+            assistant("plain answer, nothing secret"),
+            user([{"type": "text", "text": "a part with --password s3cret"}])]
+    assert warm(copy.deepcopy(msgs)) == cold(copy.deepcopy(msgs))
+    pieces = cold(msgs)
+    assert all(KEY not in p and GITHUB not in p and "hunter2" not in p for p in pieces)
+    assert "s3cret" not in pieces[-1]
