@@ -67,10 +67,25 @@ def _cut(text: str) -> str:
     return truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _loads(raw: str) -> Any:
+    """`json.loads`, about twice as fast on compact text (no blank-skipping regex at either
+    end); a compaction parses the arguments of every call it renders."""
+    try:
+        value, end = _DECODER.raw_decode(raw)
+    except ValueError:
+        return json.loads(raw)  # leading blanks, or not JSON: json.loads decides and raises
+    if end != len(raw) and raw[end:].strip(" \t\n\r"):  # JSON's four blanks
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
 def key_arguments(raw: Any) -> str:
     """A few short scalar arguments (path, command, query...) that identify a call."""
     try:
-        args = json.loads(raw) if isinstance(raw, str) else raw
+        args = _loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         text = str(raw)
         if len(text) > KEY_ARG_CHARS:  # about to be cut: redacted first (module doc)

@@ -4,8 +4,18 @@ rendered, cut only after redaction, and the same whether warmed at ingest or ren
 from __future__ import annotations
 
 import copy
+import json
 
-from agent.compression.render import BODY_LIMIT, HEAD_KEEP, KEY_ARG_CHARS, TurnRenderer
+import pytest
+
+from agent.compression.render import (
+    BODY_LIMIT,
+    HEAD_KEEP,
+    KEY_ARG_CHARS,
+    TurnRenderer,
+    key_arguments,
+    truncate_middle,
+)
 from agent.redact import REDACTED
 from agent.tokens import Message, TokenCache
 from tests.harness.transcripts import assistant, call, result, user
@@ -71,3 +81,16 @@ def test_warmed_and_cold_renderings_are_the_same_text() -> None:
     pieces = cold(msgs)
     assert all(KEY not in p and GITHUB not in p and "hunter2" not in p for p in pieces)
     assert "s3cret" not in pieces[-1]
+
+
+@pytest.mark.parametrize("raw", ['{"path": "/a", "n": 2}', ' \n{"path": "/a"} \t', '{"path": "/a"} x',
+                                 '{"path": "/a"}{"b": 1}', "[1, 2]", "not json", "", '"just text"',
+                                 '{"path": NaN}', '{"a": 1', " "])
+def test_key_arguments_read_exactly_what_json_accepts(raw: str) -> None:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:  # not JSON: the header shows the raw text, cut short
+        expected = truncate_middle(raw, KEY_ARG_CHARS, KEY_ARG_CHARS - 20, 20)
+    else:
+        expected = key_arguments(parsed) if isinstance(parsed, dict) else ""
+    assert key_arguments(raw) == expected
