@@ -17,6 +17,7 @@ from typing import Any
 from storage.errors import StoreError
 from storage.models import (
     ChatSummary,
+    Compaction,
     Delivery,
     InboundRecord,
     NewMessage,
@@ -167,6 +168,16 @@ def inbound_links(inbound_ids: Sequence[int], found: Sequence[Sequence[Any]],
             target = stored[position] if len(stored) == len(inbound_ids) else stored[-1]
         links.append((target.id if target else None, inbound_id))
     return links
+
+
+def source_seqs(compaction: Compaction, turn_start: int) -> list[int | None]:
+    """The parent seq each compaction message copies (None: a new message).
+
+    A source below `compaction.covers` is a stored seq; one at or past it counts into this
+    turn's `before`, which starts at `turn_start` in the parent."""
+    covers = compaction.covers
+    return [source if source is None or covers is None or source < covers
+            else turn_start + source - covers for source in compaction.sources]
 
 
 def with_metadata(messages: Sequence[NewMessage], seqs: Sequence[int | None],

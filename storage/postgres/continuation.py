@@ -14,7 +14,7 @@ import asyncpg
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, NewMessage, StoredMessage
 from storage.postgres import queries as q
-from storage.rows import MESSAGE_FIELDS, dumps, new_session_id, with_metadata
+from storage.rows import MESSAGE_FIELDS, dumps, new_session_id, source_seqs, with_metadata
 
 
 async def continue_session(con: q.Con, parent_id: str, compaction: Compaction, now: float,
@@ -55,12 +55,10 @@ async def _source_seqs(con: q.Con, parent_id: str, compaction: Compaction,
                        turn_messages: int) -> list[int | None]:
     if not any(s is not None for s in compaction.sources):
         return [None] * len(compaction.messages)
-    covers = compaction.covers
     turn_start = 0
-    if covers is not None:  # this turn's `before` starts after everything else stored
+    if compaction.covers is not None:  # this turn's `before` starts after all else stored
         turn_start = await _count(con, parent_id) - turn_messages
-    return [source if source is None or covers is None or source < covers
-            else turn_start + source - covers for source in compaction.sources]
+    return source_seqs(compaction, turn_start)
 
 
 async def _with_metadata(con: q.Con, parent_id: str, messages: Sequence[NewMessage],

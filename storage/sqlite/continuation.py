@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import Compaction, NewMessage, StoredMessage
-from storage.rows import MESSAGE_FIELDS, dumps, with_metadata
+from storage.rows import MESSAGE_FIELDS, dumps, source_seqs, with_metadata
 from storage.sqlite import queries as q
 
 
@@ -53,23 +53,15 @@ def continue_session(db: sqlite3.Connection, parent_id: str, compaction: Compact
 
 
 def _source_seqs(db: sqlite3.Connection, parent_id: str, compaction: Compaction,
-                       turn_messages: int) -> list[int | None]:
-    """The parent seq each compaction message copies (None: a new message)."""
+                 turn_messages: int) -> list[int | None]:
     if not any(s is not None for s in compaction.sources):
         return [None] * len(compaction.messages)
-    covers = compaction.covers
     turn_start = 0
-    if covers is not None:  # this turn's `before` starts after everything else stored
+    if compaction.covers is not None:  # this turn's `before` starts after all else stored
         row = q.fetch_one(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?",
-                              (parent_id,))
+                          (parent_id,))
         turn_start = row[0] - turn_messages
-    seqs: list[int | None] = []
-    for source in compaction.sources:
-        if source is None or covers is None or source < covers:
-            seqs.append(source)
-        else:
-            seqs.append(turn_start + source - covers)
-    return seqs
+    return source_seqs(compaction, turn_start)
 
 
 _META = "platform_message_id, answered, sender_id, sender_name"
