@@ -167,7 +167,7 @@ def _kind(text: str, name: str | None, declared_mime: str | None) -> tuple[str, 
         try:
             json.loads(text)
             return _KINDS["json"]
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             pass
     return ("text", declared) if declared.startswith("text/") else _PLAIN
 

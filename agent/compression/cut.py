@@ -107,13 +107,13 @@ def _shorten_calls(msg: Message) -> Message:
         if isinstance(raw, str) and len(raw) > LONG_ARGS:
             try:
                 parsed = json.loads(raw)
-            except ValueError:
-                parsed = None  # not JSON: leave it alone rather than break it
-            if isinstance(parsed, dict | list):
-                short = json.dumps(_shorten(parsed), ensure_ascii=False)
-                if len(short) < len(raw):
-                    call = {**call, "function": {**fn, "arguments": short}}
-                    changed = True
+                short = (json.dumps(_shorten(parsed), ensure_ascii=False)
+                         if isinstance(parsed, dict | list) else raw)
+            except (ValueError, RecursionError):  # not JSON, or nested too deep for the
+                short = raw  # parser or for _shorten: leave it alone rather than break it
+            if len(short) < len(raw):
+                call = {**call, "function": {**fn, "arguments": short}}
+                changed = True
         new_calls.append(call)
     return {**msg, "tool_calls": new_calls} if changed else msg
 

@@ -78,7 +78,7 @@ def _tool_input(arguments: Any) -> dict[str, Any]:
         return {}
     try:
         parsed = json.loads(arguments)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return {"_raw": str(arguments)}
     return parsed if isinstance(parsed, dict) else {"_raw": str(arguments)}
 

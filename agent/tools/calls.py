@@ -58,6 +58,6 @@ def _arguments(raw: Any) -> dict[str, Any] | None:
         return {}
     try:
         parsed = json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
     return parsed if isinstance(parsed, dict) else None
