@@ -50,16 +50,23 @@ def fit_chars(text: str, limit: int) -> str:
 
 
 # --- per-message rendering -------------------------------------------------------------
-def _call_parts(msg: Message) -> list[tuple[str, str, str]]:
-    """(call id, tool name, key arguments) for each tool call of an assistant message."""
-    out: list[tuple[str, str, str]] = []
+Calls = dict[str, tuple[str, str]]  # call id -> (tool name, key arguments)
+_SCALARS = (bool, int, float)
+_UNKNOWN_CALL = ("unknown tool", "")
+
+
+def _function(call: Any) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    return fn if isinstance(fn, dict) else {}
+
+
+def _register_calls(msg: Message, calls: Calls) -> None:
+    """Add an assistant message's calls to `calls`, as `raw_piece` does when rendering it."""
     for call in msg.get("tool_calls") or ():
-        if not isinstance(call, dict):
-            continue
-        fn = call.get("function") or {}
-        out.append((str(call.get("id") or ""), str(fn.get("name") or "tool"),
-                    key_arguments(fn.get("arguments"))))
-    return out
+        if isinstance(call, dict):
+            fn = _function(call)
+            calls[str(call.get("id") or "")] = (str(fn.get("name") or "tool"),
+                                               key_arguments(fn.get("arguments")))
 
 
 def _cut(text: str) -> str:
@@ -86,7 +93,7 @@ def key_arguments(raw: Any) -> str:
     """A few short scalar arguments (path, command, query...) that identify a call."""
     try:
         args = _loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         text = str(raw)
         if len(text) > KEY_ARG_CHARS:  # about to be cut: redacted first (module doc)
             text = redact(text)
@@ -95,40 +102,46 @@ def key_arguments(raw: Any) -> str:
         return ""
     picked: list[str] = []
     for key, value in args.items():
-        if isinstance(value, str) and len(value) <= KEY_ARG_CHARS:
+        if isinstance(value, str):
+            if len(value) > KEY_ARG_CHARS:
+                continue
             picked.append(f'{key}="{value}"')
-        elif isinstance(value, bool | int | float):
+        elif isinstance(value, _SCALARS):
             picked.append(f"{key}={value}")
+        else:
+            continue
         if len(picked) == KEY_ARG_LIMIT:
             break
     return ", ".join(picked)
 
 
-Calls = dict[str, tuple[str, str]]  # call id -> (tool name, key arguments)
-
-
 def raw_piece(msg: Message, calls: Calls) -> str:
     """One message as the summarizer reads it, before redaction (only cut text is redacted).
 
-    A tool result is headed by the call that produced it, looked up in `calls`."""
+    A tool result is headed by the call that produced it, looked up in `calls`; an
+    assistant message adds its own calls to `calls` as it is rendered, so a result after
+    it finds them."""
     role = msg.get("role") or "user"
     content = msg.get("content")
     text = content if isinstance(content, str) else content_text(content)
+    body = truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text  # `_cut`
     if role == "tool":
-        name, key = calls.get(str(msg.get("tool_call_id")), ("unknown tool", ""))
+        name, key = calls.get(str(msg.get("tool_call_id")), _UNKNOWN_CALL)
         args = f" ({key})" if key else ""
-        return f"### tool result: {name}{args}, {len(text):,} characters in full\n{_cut(text)}"
+        return f"### tool result: {name}{args}, {len(text):,} characters in full\n{body}"
     tool_calls = msg.get("tool_calls")
     if not tool_calls:
-        return f"### {role}\n{_cut(text)}" if text else f"### {role}"
-    lines = [f"### {role}"]
-    if text:
-        lines.append(_cut(text))
+        return f"### {role}\n{body}" if body else f"### {role}"
+    lines = [f"### {role}", body] if body else [f"### {role}"]
+    register = role == "assistant"
     for call in tool_calls:
-        fn = call.get("function") or {} if isinstance(call, dict) else {}
+        fn = _function(call)
+        name = fn.get("name") or "tool"
         args = fn.get("arguments")
+        if register and isinstance(call, dict):
+            calls[str(call.get("id") or "")] = (str(name), key_arguments(args))
         args_text = args if isinstance(args, str) else json.dumps(args)
-        lines.append(f"→ calls {fn.get('name') or 'tool'}: {_cut(args_text or '')}")
+        lines.append(f"→ calls {name}: {_cut(args_text) if args_text else ''}")
     return "\n".join(lines)
 
 
@@ -147,8 +160,7 @@ class TurnRenderer:
     def warm(self, msg: Message) -> None:
         role = msg.get("role")
         if role == "assistant" and msg.get("tool_calls"):
-            self._recent_calls = {call_id: (name, key)
-                                  for call_id, name, key in _call_parts(msg)}
+            self._recent_calls = {}  # filled as the message is rendered
         elif role == "tool" and str(msg.get("tool_call_id")) not in self._recent_calls:
             return  # its call was not stored just before: render it at compaction time
         calls = self._recent_calls
@@ -161,15 +173,16 @@ class TurnRenderer:
         if None not in pieces:
             return pieces
         calls: Calls = {}
+        if pieces.count(None) == len(pieces):  # nothing warmed: a span loaded cold
+            return redact_each([raw_piece(msg, calls) for msg in originals])
         missing: list[int] = []
         raw: list[str] = []
         for i, msg in enumerate(originals):
-            if msg.get("role") == "assistant" and msg.get("tool_calls"):
-                for call_id, name, key in _call_parts(msg):
-                    calls[call_id] = (name, key)
             if pieces[i] is None:
                 missing.append(i)
                 raw.append(raw_piece(msg, calls))
+            elif msg.get("role") == "assistant" and msg.get("tool_calls"):
+                _register_calls(msg, calls)
         for i, piece in zip(missing, redact_each(raw), strict=True):
             pieces[i] = piece
         return pieces
