@@ -6,10 +6,10 @@ import base64
 import binascii
 import re
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from agent.redact_screen import Found, Screen
+from agent.redact_screen import Screen, flag_condition, key_condition
 
 REDACTED = "[REDACTED]"
 
@@ -212,17 +212,15 @@ def _add(spans: Spans, value: re.Match[str]) -> None:
         spans[start] = max(end, spans.get(start, end))
 
 
-def _assignment_spans(text: str, lower: str, spans: Spans) -> None:
-    """`key = value`, `key: value`, `"key": "value"`, `'key' => 'value'` for secret keys."""
-    for word, finder in _KEY_FINDERS:
-        if word not in lower:
-            continue
-        for hit in finder.finditer(lower):
-            # The word must end the key: `db_password` yes, `max_tokens` or `keyboard` no.
-            if _ends_secret_key(lower, hit.end(1)):
-                value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
-                if value is not None:
-                    _add(spans, value)
+def _assignment_spans(text: str, lower: str, spans: Spans, finder: re.Pattern[str]) -> None:
+    """`key = value`, `key: value`, `"key": "value"`, `'key' => 'value'` for secret keys
+    found by one of `_KEY_FINDERS`."""
+    for hit in finder.finditer(lower):
+        # The word must end the key: `db_password` yes, `max_tokens` or `keyboard` no.
+        if _ends_secret_key(lower, hit.end(1)):
+            value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
+            if value is not None:
+                _add(spans, value)
 
 
 def _flag_spans(text: str, lower: str, spans: Spans) -> None:
@@ -271,22 +269,50 @@ def _replace_spans(text: str, spans: Spans) -> str:
     return "".join(pieces)
 
 
-def _redact_values(text: str, lower: str) -> str:
-    """The values of secret keys, flags and cookie headers."""
+# The value pass in parts: one per finder word, then cookies, then flags. `parts` below are
+# indices into this order, which is also the order of the screen's value conditions.
+_COOKIES = len(_KEY_FINDERS)
+_FLAGS = _COOKIES + 1
+_EVERY_PART = range(_FLAGS + 1)
+_NO_SEPARATOR = (_FLAGS,)  # without `:` or `=`, only a flag can hold a value
+
+
+def _redact_values(text: str, lower: str, parts: Iterable[int] | None = None) -> str:
+    """The values of secret keys, flags and cookie headers; only the `parts` named, when
+    the screen has said which can find anything (`_SCREEN`)."""
+    if parts is None:
+        parts = _EVERY_PART if ":" in text or "=" in text else _NO_SEPARATOR
     spans: Spans = {}
-    if ":" in text or "=" in text:  # every key and header form needs one: prose skips cheaply
-        _assignment_spans(text, lower, spans)
-        if "cookie" in lower:
-            _cookie_spans(text, lower, spans)
-    if "--" in text:
-        _flag_spans(text, lower, spans)
+    for part in parts:
+        if part < _COOKIES:
+            word, finder = _KEY_FINDERS[part]
+            if word in lower:
+                _assignment_spans(text, lower, spans, finder)
+        elif part == _COOKIES:
+            if "cookie" in lower:
+                _cookie_spans(text, lower, spans)
+        elif "--" in text:
+            _flag_spans(text, lower, spans)
     return _replace_spans(text, spans) if spans else text
 
 
-# Every span `_redact_values` records sits after a key ending in a secret word and then
-# `:`, `=` or `=>` (`_assignment_spans`), after `cookie` and `:` (`_cookie_spans`), or
-# after a `--flag` whose name ends in a secret word (`_flag_spans`).
-_SCREEN = Screen((rule.screen for rule in _RULES), _SECRET_KEYS + ("pass", "cookie"))
+def _value_conditions() -> list[str]:
+    """The screen's condition for each part of the value pass, in `_redact_values` order.
+
+    Every span a finder records sits after a key that ends in a secret key word and then
+    `:`, `=` or `=>`; the key word holds the finder's own word, and the finder that starts
+    there reaches the same key end (`[a-z0-9_-]*` runs to it), so the condition for a
+    finder is its word's secret keys. Cookies sit after `cookie` and `:`; flags after a
+    `--flag` whose name ends in a secret word.
+    """
+    keys = (*_SECRET_KEYS, "pass")
+    groups = [[key for key in keys if word in key] for word, _ in _KEY_FINDERS]
+    if {key for group in groups for key in group} != set(keys):  # a key no finder reads
+        raise RuntimeError("every secret key must hold one of the finder words")
+    return [*map(key_condition, groups), key_condition(["cookie"]), flag_condition(keys)]
+
+
+_SCREEN = Screen((rule.screen for rule in _RULES), _value_conditions())
 
 
 def _lower(text: str) -> str:
@@ -303,16 +329,14 @@ def redact(text: str) -> str:
     if not text:
         return text
     try:
-        found = _SCREEN.check(text)
+        parts = _SCREEN.check(text)
     except UnicodeEncodeError:  # a lone surrogate, which RE2 cannot read: no shortcut
-        found = Found.RULES
-    if found is Found.RULES:
+        parts = None
+    if parts is None:
         return _redact_all(text, _lower(text))
     # No rule can match, so the rules would leave the text as it is: only the value pass
-    # can still change it, and only when the screen found a key candidate.
-    if found is Found.VALUES:
-        return _redact_values(text, _lower(text))
-    return text
+    # can still change it, and only its parts whose key candidates the screen found.
+    return _redact_values(text, _lower(text), parts) if parts else text
 
 
 def redact_each(texts: Sequence[str]) -> list[str]:

@@ -3,10 +3,13 @@
 Running every redaction pattern over every message costs far more than storing it, and
 almost no text holds a secret. The screen is a set of *necessary* conditions: for each
 pattern, a pattern that every text it would change also matches. When none matches, no
-redaction pattern can change the text, so the caller returns it untouched; when one does,
-the caller runs its full, unchanged pass. A screen can therefore only skip work that would
-have found nothing, never change a result; a condition that matches too often only costs
-speed. `tests/agent/test_redact.py` checks that screened and full passes agree.
+redaction pattern can change the text, so the caller returns it untouched; when a rule's
+does, the caller runs its full, unchanged pass; when only value conditions do, it runs just
+the parts of the value pass they stand for (each part of that pass looks for its own key
+words, so a part whose words are absent finds nothing). A screen can therefore only skip
+work that would have found nothing, never change a result; a condition that matches too
+often only costs speed. `tests/agent/test_redact.py` checks that screened and full passes
+agree.
 
 All conditions run as one RE2 set (`google-re2`): a single left-to-right automaton pass over
 the text answers for every pattern at once, where Python's `re` would need one scan per
@@ -20,38 +23,41 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterable, Sequence
-from enum import IntEnum
 
 import re2
 
 
-class Found(IntEnum):
-    NOTHING = 0  # no pattern can change the text
-    VALUES = 1  # only the key/flag/cookie value pass can
-    RULES = 2  # some rule may: run everything
+def _alternation(words: Iterable[str]) -> str:
+    return "|".join(sorted(map(re2.escape, words), key=len, reverse=True))
+
+
+def key_condition(words: Iterable[str]) -> str:
+    """`key = value`, `"key": "value"`, `key => value` for a key ending in one of `words`:
+    the word, an optional (escaped) quote and blanks, then the separator. Matched case-blind
+    on the text, where the value pass reads the lower-cased copy: RE2's folding covers every
+    character that lower-cases to an ASCII letter."""
+    return rf"(?i)(?:{_alternation(words)})(?:\\?[\"'])?[ \t]*[:=]"
+
+
+def flag_condition(words: Iterable[str]) -> str:
+    """`--db-password value`: a flag whose name ends with one of `words`, then a blank."""
+    return rf"(?i)--[a-z0-9_.-]*(?:{_alternation(words)})[ \t]"
 
 
 class Screen:
     """`check(text)` says which redaction passes could change `text` (see the module doc).
 
-    `rules` are conditions for the fixed-shape rules; `keys` are the words whose
-    `key = value` forms the value pass redacts.
+    `rules` are conditions for the fixed-shape rules; `values` are conditions for the parts
+    of the value pass (key forms by key word, cookies, flags), in the caller's order.
     """
 
-    def __init__(self, rules: Iterable[str], keys: Iterable[str]) -> None:
+    def __init__(self, rules: Iterable[str], values: Iterable[str]) -> None:
         options = re2.Options()
         options.max_mem = 32 << 20  # room for the whole set as one DFA
         self._set = re2.Set.SearchSet(options)
         sources = list(rules)
         self._rules = len(sources)
-        words = "|".join(sorted(map(re2.escape, keys), key=len, reverse=True))
-        # `key = value`, `"key": "value"`, `key => value`: the key word, an optional
-        # (escaped) quote and blanks, then the separator. Matched case-blind on the text,
-        # where the value pass reads the lower-cased copy: RE2's folding covers every
-        # character that lower-cases to an ASCII letter.
-        sources.append(rf"(?i)(?:{words})(?:\\?[\"'])?[ \t]*[:=]")
-        # `--db-password value`: a flag whose name ends with a key word, then a blank.
-        sources.append(rf"(?i)--[a-z0-9_.-]*(?:{words})[ \t]")
+        sources += values
         for source in sources:
             self._set.Add(source)
         self._set.Compile()
@@ -60,11 +66,16 @@ class Screen:
         # scan of each text alone.
         self._any = re2.compile("|".join(f"(?:{source})" for source in sources), options)
 
-    def check(self, text: str) -> Found:
+    def check(self, text: str) -> list[int] | None:
+        """None when a rule's condition matches (the whole pass must run); otherwise the
+        indices of the value conditions that match, [] when none does (nothing to do)."""
         hits = self._set.Match(text)
         if not hits:
-            return Found.NOTHING
-        return Found.RULES if min(hits) < self._rules else Found.VALUES
+            return []
+        rules = self._rules
+        if min(hits) < rules:
+            return None
+        return [hit - rules for hit in hits]
 
     def candidates(self, texts: Sequence[str]) -> list[int]:
         """The indices of the texts `check` would not call NOTHING, in one scan of them all.
