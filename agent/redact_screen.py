@@ -84,13 +84,17 @@ class Screen:
         a fraction of 2,000 separate calls. A text with a hit is skipped past at once, so the
         scan stops once per candidate, not once per match.
         """
-        try:
-            encoded = list(map(str.encode, texts))
-        except UnicodeEncodeError:  # a lone surrogate, which RE2 cannot read: no shortcut
-            return list(range(len(texts)))
+        text = "\n".join(texts)
+        if text.isascii():  # (a flag of the string, free) a byte per character: one copy
+            joined, lengths = text.encode("ascii"), map(len, texts)
+        else:  # encoded one by one: the join's width would make one encode of it slow
+            try:
+                encoded = list(map(str.encode, texts))
+            except UnicodeEncodeError:  # a lone surrogate, which RE2 cannot read
+                return list(range(len(texts)))
+            joined, lengths = b"\n".join(encoded), map(len, encoded)
         # ends[i]: where text i's "\n" ends in the join, so a position's text is a bisection.
-        ends = list(itertools.accumulate(map((1).__add__, map(len, encoded))))
-        joined = b"\n".join(encoded)
+        ends = list(itertools.accumulate(map((1).__add__, lengths)))
         search = self._any.search
         found: list[int] = []
         pos = 0

@@ -21,6 +21,8 @@ from agent.messages import content_text
 from agent.redact import redact, redact_each
 from agent.tokens import Message, TokenCache
 
+# Our own markers are ASCII: a summary request joins hundreds of thousands of characters,
+# and one wider character anywhere makes CPython store the whole joined prompt wider.
 BODY_LIMIT = 5_500
 HEAD_KEEP = 4_000
 TAIL_KEEP = 1_500
@@ -34,7 +36,7 @@ def truncate_middle(text: str, limit: int = BODY_LIMIT, head: int = HEAD_KEEP,
     if len(text) <= limit:
         return text
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail:]}"
 
 
 def fit_chars(text: str, limit: int) -> str:
@@ -141,7 +143,7 @@ def raw_piece(msg: Message, calls: Calls) -> str:
         if register and isinstance(call, dict):
             calls[str(call.get("id") or "")] = (str(name), key_arguments(args))
         args_text = args if isinstance(args, str) else json.dumps(args)
-        lines.append(f"→ calls {name}: {_cut(args_text) if args_text else ''}")
+        lines.append(f"-> calls {name}: {_cut(args_text) if args_text else ''}")
     return "\n".join(lines)
 
 
