@@ -12,7 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.redact import REDACTED, _lower, _redact_all, redact, redact_each, redact_message
+from agent.redact import (
+    _SCREEN,
+    REDACTED,
+    _lower,
+    _redact_all,
+    redact,
+    redact_each,
+    redact_message,
+)
+from agent.redact_screen import _GROUP_CHARS
 from gateway.logs import RedactingFilter
 
 # Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
@@ -351,4 +360,20 @@ def test_the_screen_never_changes_a_result(parts: list[str], joint: str) -> None
                           st.lists(_PIECE, max_size=3), _BLANK), max_size=8))
 def test_one_scan_over_many_texts_redacts_each_as_if_alone(texts: list[str]) -> None:
     # agent/redact_screen.py `candidates`: the texts are screened joined by line breaks.
+    assert redact_each(texts) == [redact(t) for t in texts]
+
+
+def test_the_screen_of_a_long_span_finds_every_text_across_its_groups() -> None:
+    # Screen.candidates joins and scans ~_GROUP_CHARS at a time: secrets at the first and
+    # last text of groups, and a text longer than a group, must all be found.
+    secrets = [*SECRETS.values(), "password = hunter2", "--token Xy9_kLm2Qr8s"]
+    texts = []
+    for i in range(400):
+        filler = f"line {i} " + "lorem ipsum dolor " * (i % 90)
+        texts.append(filler + secrets[i % len(secrets)] if i % 3 == 0 else filler)
+    texts[150] = "x" * (_GROUP_CHARS + 10) + " " + SECRETS["github"]
+    assert sum(map(len, texts)) > 4 * _GROUP_CHARS
+    expected = [i for i, text in enumerate(texts) if _SCREEN.check(text) != []]
+    assert 130 < len(expected) and 150 in expected
+    assert _SCREEN.candidates(texts) == expected
     assert redact_each(texts) == [redact(t) for t in texts]
