@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from agent.attachments.parts import is_attachment, model_chars
 from agent.messages import Message
@@ -132,6 +132,8 @@ class _Entry:
 
 
 _MISSING = object()
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 class TokenCache:
@@ -182,6 +184,24 @@ class TokenCache:
             entry = entries.get(id(msg))
             total += entry.tokens if entry is not None else estimate_message(msg, image_cost)
         return total
+
+    def counted(self, msgs: Iterable[Message], fn: Callable[[Message, A], R],
+                arg: A) -> tuple[list[R], int]:
+        """`[fn(m, arg) for m in msgs]` and `self.total(msgs)` in one pass.
+
+        A span nobody has seen (a history loaded from storage) is then read once, each
+        message while its dict is in the core's cache, instead of once to count it and
+        again to render it: about a millisecond on 2,000 messages."""
+        entries = self._entries
+        image_cost = self.image_cost
+        total = 0
+        out: list[R] = []
+        append = out.append
+        for msg in msgs:
+            entry = entries.get(id(msg))
+            total += entry.tokens if entry is not None else estimate_message(msg, image_cost)
+            append(fn(msg, arg))
+        return out, total
 
     def redacted(self, msg: Message) -> Message:
         """The message with secrets replaced; the same dict when it held none."""

@@ -60,7 +60,8 @@ class _Plan:
     head: list[Message]
     middle: list[Message]
     tail: list[Message]  # after the cheap pass
-    middle_tokens: int
+    middle_tokens: int | None  # None until counted while rendered (a plain list's middle)
+    edge_tokens: int  # the head and the tail before the cheap pass
     turns: list[Message]  # the middle without an earlier summary
     previous: str | None  # the earlier summary found in the middle (or remembered)
     last_user: Message | None  # the newest user message, which must survive verbatim
@@ -143,11 +144,6 @@ class ContextCompressor(ContextEngine):
         """A running-total transcript that shares this engine's cache (warm compaction)."""
         return Transcript(self.token_cache, messages, system_prompt=system_prompt, tools=tools)
 
-    def _raw_total(self, messages: Sequence[Message]) -> int:
-        if isinstance(messages, Transcript):
-            return messages.total
-        return self.token_cache.total(messages)
-
     def raw_request_estimate(self, messages: Sequence[Message],
                              tools: list[dict[str, Any]] | None = None) -> int:
         """Uncalibrated request estimate: what `calibrate` compares against prompt_tokens.
@@ -221,64 +217,94 @@ class ContextCompressor(ContextEngine):
             tail = lighten_tail(tail, latest - (len(original_tail) - len(tail)))
         last_user = messages[cut.last_user] if cut.last_user >= cut.head_end else None
         cache = self.token_cache
-        total = cache.total(messages) if total is None else total
-        middle_tokens = total - cache.total(head) - cache.total(original_tail)
-        return _Plan(head, middle, tail, middle_tokens, turns, previous, last_user)
+        edge_tokens = cache.total(head) + cache.total(original_tail)
+        middle_tokens = None if total is None else total - edge_tokens
+        return _Plan(head, middle, tail, middle_tokens, edge_tokens, turns, previous, last_user)
 
     # --- the compaction itself, and its failures ------------------------------------------------------------------
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
                        focus_topic: str | None = None, *, force: bool = False
                        ) -> list[dict[str, Any]]:
         msgs = list(messages)
-        before = self._raw_total(messages)
+        # A Transcript knows its size; a plain list's middle is counted as it is rendered.
+        known = messages.total if isinstance(messages, Transcript) else None
         if force:
             self.guard.resume()  # a manual compaction lifts the anti-thrashing pause
-        plan = self._plan(msgs, total=before)
+        plan = self._plan(msgs, total=known)
         if plan is None:
-            return self._unchanged(msgs, "noop", before, focus_topic)
+            return self._unchanged(msgs, "noop", self._size(msgs, known), focus_topic)
         now = self._clock()
-        tokens = current_tokens if current_tokens is not None else self.calibration.apply(before)
-        fits = not over_share(tokens, self.effective_window)
         cooling = not force and self.guard.in_cooldown(now)
-        if fits and not force and (cooling or self.guard.paused):
-            return self._unchanged(msgs, "skipped", before, focus_topic)
-        if cooling:  # does not fit and the summary model is resting: extract, do not call it
-            error = "it is resting after a recent failure"
-            return self._apply(msgs, plan, self._extract(plan), "fallback_used", before,
-                               focus_topic, 0, [notice_fallback(error)], error)
+        if not force and (cooling or self.guard.paused):
+            before = self._size(msgs, known)
+            if self._fits(before, current_tokens):
+                return self._unchanged(msgs, "skipped", before, focus_topic)
+            if cooling:  # does not fit and the summary model is resting: extract only
+                error = "it is resting after a recent failure"
+                return self._apply(msgs, plan, self._extract(plan), "fallback_used", before,
+                                   focus_topic, 0, [notice_fallback(error)], error)
         try:
-            summary, chunks, notices = await self._summarize(plan, focus_topic)
+            pieces, middle_tokens = await self._render(plan)
+            summary, chunks, notices = await self._summarize(plan, pieces, middle_tokens,
+                                                             focus_topic)
         except AuthError as exc:
             error = plain_error(exc)
             log.warning("compaction aborted: the summary model refused credentials or quota: %s",
                         error)
-            return self._unchanged(msgs, "aborted", before, focus_topic, error=error,
-                                   notices=(notice_aborted(error),))
+            return self._unchanged(msgs, "aborted", self._size(msgs, known), focus_topic,
+                                   error=error, notices=(notice_aborted(error),))
         except Exception as exc:  # transient kinds, and anything else a provider threw
-            return self._after_failure(msgs, plan, exc, now, fits, before, focus_topic)
+            return self._after_failure(msgs, plan, exc, now, current_tokens,
+                                       self._size(msgs, known), focus_topic)
         self.guard.record_success()
+        before = plan.edge_tokens + middle_tokens
         return self._apply(msgs, plan, summary, "compressed", before, focus_topic, chunks, notices)
 
+    def _size(self, msgs: list[Message], known: int | None) -> int:
+        return self.token_cache.total(msgs) if known is None else known
+
+    def _fits(self, before: int, current_tokens: int | None) -> bool:
+        tokens = current_tokens if current_tokens is not None else self.calibration.apply(before)
+        return not over_share(tokens, self.effective_window)
+
     def _after_failure(self, msgs: list[Message], plan: _Plan, exc: Exception, now: float,
-                       fits: bool, before: int, focus: str | None) -> list[Message]:
+                       current_tokens: int | None, before: int,
+                       focus: str | None) -> list[Message]:
         error = plain_error(exc)
         log.warning("summary failed (%s): %s", type(exc).__name__, error,
                     exc_info=not isinstance(exc, ProviderError))
         delay = self.guard.record_failure(now)
-        if fits:
+        if self._fits(before, current_tokens):
             return self._unchanged(msgs, "skipped", before, focus, error=error,
                                    notices=(notice_skipped(error, delay),))
         return self._apply(msgs, plan, self._extract(plan), "fallback_used", before, focus, 0,
                            [notice_fallback(error)], error)
 
-    async def _summarize(self, plan: _Plan, focus: str | None) -> tuple[str, int, list[str]]:
+    async def _render(self, plan: _Plan) -> tuple[list[str], int]:
+        """The summarizer's pieces of the turns, and the middle's tokens."""
+        turns = plan.turns
+        if len(turns) >= COLD_OFFLOAD and not (self.token_cache.is_warm(turns[0], "piece")
+                                                and self.token_cache.is_warm(turns[-1], "piece")):
+            # Messages not seen at ingest (a plain list loaded from storage): redacting and
+            # rendering them all is real CPU work, so keep it off the event loop.
+            pieces, counted = await asyncio.to_thread(self.renderer.render, turns)
+        else:
+            pieces, counted = self.renderer.render(turns)
+        if plan.middle_tokens is not None:
+            return pieces, plan.middle_tokens
+        # The turns are the middle, unless an earlier summary was taken out of it.
+        return pieces, counted if turns is plan.middle else self.token_cache.total(plan.middle)
+
+    async def _summarize(self, plan: _Plan, pieces: list[str], middle_tokens: int,
+                         focus: str | None) -> tuple[str, int, list[str]]:
         """(stored summary, chunks, notices); retries once on the main model if a separate
         summary model is missing, timing out or failing with 5xx."""
         provider = self.settings.summary_provider or self.settings.main_provider
         if provider is None:
             raise ProviderUnavailableError("no summary model is configured")
         try:
-            summary, chunks = await self._run_summary(provider, plan, focus)
+            summary, chunks = await self._run_summary(provider, plan, pieces, middle_tokens,
+                                                      focus)
             return summary, chunks, []
         except (ModelNotFoundError, ProviderUnavailableError) as exc:
             main = self.settings.main_provider
@@ -287,21 +313,13 @@ class ContextCompressor(ContextEngine):
             error = plain_error(exc)
             log.warning("summary model %s failed (%s); retrying on %s", provider.model, error,
                         main.model)
-            summary, chunks = await self._run_summary(main, plan, focus)
+            summary, chunks = await self._run_summary(main, plan, pieces, middle_tokens, focus)
             return summary, chunks, [notice_summary_model_failed(provider.model, error)]
 
-    async def _run_summary(self, provider: Provider, plan: _Plan,
-                           focus: str | None) -> tuple[str, int]:
+    async def _run_summary(self, provider: Provider, plan: _Plan, pieces: list[str],
+                           middle_tokens: int, focus: str | None) -> tuple[str, int]:
         window = self._summary_window(provider)
-        budget = self.summary_budget(plan.middle_tokens, window)
-        turns = plan.turns
-        if len(turns) >= COLD_OFFLOAD and not (self.token_cache.is_warm(turns[0], "piece")
-                                                and self.token_cache.is_warm(turns[-1], "piece")):
-            # Messages not seen at ingest (a plain list loaded from storage): redacting and
-            # rendering them all is real CPU work, so keep it off the event loop.
-            pieces = await asyncio.to_thread(self.renderer.render, turns)
-        else:
-            pieces = self.renderer.render(turns)
+        budget = self.summary_budget(middle_tokens, window)
         summarizer = Summarizer(provider, window=window, budget=budget,
                                 usage_sink=self.settings.usage_sink)
         body, chunks = await summarizer.summarize(pieces, plan.previous, focus)

@@ -174,15 +174,17 @@ class TurnRenderer:
         calls = self._recent_calls
         self.cache.derived(msg, "piece", lambda m: redact(raw_piece(m, calls)))
 
-    def render(self, originals: Sequence[Message]) -> list[str]:
-        """One text per message: the cached pieces, and the rest rendered now (not kept:
-        an unwarmed span is a one-off list, and a compaction drops it anyway)."""
+    def render(self, originals: Sequence[Message]) -> tuple[list[str], int]:
+        """(one text per message, the messages' summed token estimates): the cached pieces,
+        and the rest rendered now (not kept: an unwarmed span is a one-off list, and a
+        compaction drops it anyway). A span never warmed is counted as it is rendered."""
         pieces = self.cache.values(originals, "piece")
         if None not in pieces:
-            return pieces
+            return pieces, self.cache.total(originals)
         calls: Calls = {}
         if pieces.count(None) == len(pieces):  # nothing warmed: a span loaded cold
-            return redact_each([raw_piece(msg, calls) for msg in originals])
+            raw, tokens = self.cache.counted(originals, raw_piece, calls)
+            return redact_each(raw), tokens
         missing: list[int] = []
         raw: list[str] = []
         for i, msg in enumerate(originals):
@@ -193,7 +195,7 @@ class TurnRenderer:
                 _register_calls(msg, calls)
         for i, piece in zip(missing, redact_each(raw), strict=True):
             pieces[i] = piece
-        return pieces
+        return pieces, self.cache.total(originals)
 
 
 def recent_user_requests(originals: Sequence[Message], cache: TokenCache,

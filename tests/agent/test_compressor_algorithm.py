@@ -235,3 +235,26 @@ async def test_compress_takes_a_live_transcript_and_forgets_what_it_removed() ->
     assert len(engine.token_cache) < cached
     live.replace(out)
     assert live.total == engine.token_cache.total(out) == engine.last_report.tokens_after
+
+
+@pytest.mark.parametrize("earlier_summary", [False, True])
+async def test_a_plain_list_is_sized_as_its_transcript_would_be(earlier_summary: bool) -> None:
+    # A plain list's middle is counted while it is rendered (TokenCache.counted); its size,
+    # and the summary budget drawn from the middle, must be what a live Transcript says.
+    msgs = chat(120, size=400)  # a middle past COLD_OFFLOAD: rendered in a worker thread
+    if earlier_summary:  # a continuation: the earlier summary sits in the middle
+        msgs = [*await make_engine().compress(msgs), *chat(120, size=400, system=None,
+                                                           tag="N")]
+        assert any(split_summary(m)[0] is not None for m in msgs[:6])
+    runs = []
+    for live in (False, True):
+        provider = ScriptedProvider()
+        engine = make_engine(provider=provider)
+        given = engine.new_transcript(json.loads(json.dumps(msgs))) if live else \
+            json.loads(json.dumps(msgs))
+        await engine.compress(given)
+        report = engine.last_report
+        assert report is not None and report.outcome == "compressed"
+        runs.append((report.tokens_before, report.tokens_after, provider.max_tokens))
+    assert runs[0] == runs[1]
+    assert runs[0][0] == make_engine().token_cache.total(msgs)

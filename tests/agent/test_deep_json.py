@@ -48,6 +48,6 @@ def test_compaction_renders_and_lightens_deep_arguments() -> None:
     for arguments in (TOO_DEEP, DEEP):
         msgs = [user("go"), calling(arguments), result("c1", "done"), user("next")]
         assert lighten_tail(msgs, 3)[1] is msgs[1]  # left alone, not shortened
-        pieces = TurnRenderer(TokenCache()).render(msgs)
+        pieces, _ = TurnRenderer(TokenCache()).render(msgs)
         assert pieces[2].startswith("### tool result: probe")
     assert key_arguments(TOO_DEEP).startswith("[[[")

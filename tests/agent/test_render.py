@@ -25,7 +25,9 @@ GITHUB = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
 
 
 def cold(msgs: list[Message]) -> list[str]:
-    return TurnRenderer(TokenCache()).render(msgs)
+    pieces, tokens = TurnRenderer(TokenCache()).render(msgs)
+    assert tokens == TokenCache().total(msgs)  # counted while rendered
+    return pieces
 
 
 def warm(msgs: list[Message]) -> list[str]:
@@ -35,7 +37,9 @@ def warm(msgs: list[Message]) -> list[str]:
     for msg in msgs:
         cache.ingest(msg)
     assert all(cache.is_warm(m, "piece") for m in msgs)  # nothing left for render to do
-    return renderer.render(msgs)
+    pieces, tokens = renderer.render(msgs)
+    assert tokens == TokenCache().total(msgs)
+    return pieces
 
 
 def straddling(at: int, total: int, prefix: str = "") -> str:
