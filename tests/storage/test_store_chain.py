@@ -146,6 +146,28 @@ async def test_a_stale_compaction_carries_over_the_turns_it_did_not_see(
     assert [h.session_id for h in await store.search("q2")] == [parent.id, child.id]
 
 
+async def test_a_copy_of_this_turns_own_message_keeps_its_metadata_past_a_carry_over(
+        store: SessionStore) -> None:
+    # A source at or past `covers` counts through this turn's `before`, which starts after
+    # everything else the parent holds, here a turn stored since the transcript was read.
+    parent = await root(store)
+    await store.append_messages(parent.id, [msg("user", "q1")])
+    seen = 2  # the transcript was read from seqs 0 and 1 ...
+    await store.append_messages(parent.id, [  # ... then another turn was stored as seq 2
+        msg("user", "late", platform_message_id="L", sender_name="Bo")])
+    interim = msg("assistant", "interim", platform_message_id="77", answered=True)
+    child = await store.record_turn(parent.id, TurnRecord(
+        before=(interim,),  # seq 3 in the parent: transcript position seen + 0
+        compaction=Compaction(messages=(msg("system", "sys"), msg("user", "summary"),
+                                        msg("assistant", "interim")),
+                              covers=seen, sources=(0, None, seen))))
+    history = await store.load_history(child.id)
+    assert [h.message["content"] for h in history] == ["sys", "summary", "interim", "late"]
+    copy, carried = history[2], history[3]
+    assert (copy.platform_message_id, copy.answered, copy.sender_name) == ("77", True, None)
+    assert (carried.platform_message_id, carried.sender_name) == ("L", "Bo")
+
+
 async def test_an_up_to_date_compaction_carries_nothing(store: SessionStore) -> None:
     parent = await root(store)
     await store.append_messages(parent.id, [msg("user", "q1")])
