@@ -54,9 +54,13 @@ def fit_chars(text: str, limit: int) -> str:
 
 
 # --- per-message rendering -------------------------------------------------------------
-Calls = dict[str, tuple[str, str]]  # call id -> (tool name, key arguments)
+Calls = dict[str, str]  # call id -> the start of its result's header
 _SCALARS = (bool, int, float)
-_UNKNOWN_CALL = ("unknown tool", "")
+_UNKNOWN_CALL = "### tool result: unknown tool"
+
+
+def _result_header(name: str, key: str) -> str:
+    return f"### tool result: {name} ({key})" if key else f"### tool result: {name}"
 
 
 def _function(call: Any) -> dict[str, Any]:
@@ -69,13 +73,8 @@ def _register_calls(msg: Message, calls: Calls) -> None:
     for call in msg.get("tool_calls") or ():
         if isinstance(call, dict):
             fn = _function(call)
-            calls[str(call.get("id") or "")] = (str(fn.get("name") or "tool"),
-                                               key_arguments(fn.get("arguments")))
-
-
-def _cut(text: str) -> str:
-    """`truncate_middle` for text that is redacted only after rendering (see the module doc)."""
-    return truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text
+            calls[str(call.get("id") or "")] = _result_header(
+                str(fn.get("name") or "tool"), key_arguments(fn.get("arguments")))
 
 
 def key_arguments(raw: Any) -> str:
@@ -132,11 +131,11 @@ def raw_piece(msg: Message, calls: Calls) -> str:
     role = msg.get("role") or "user"
     content = msg.get("content")
     text = content if isinstance(content, str) else content_text(content)
-    body = truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text  # `_cut`
+    # A text about to be cut is redacted first (the module doc), here and for arguments.
+    body = truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text
     if role == "tool":
-        name, key = calls.get(str(msg.get("tool_call_id")), _UNKNOWN_CALL)
-        args = f" ({key})" if key else ""
-        return f"### tool result: {name}{args}, {len(text):,} characters in full\n{body}"
+        header = calls.get(str(msg.get("tool_call_id")), _UNKNOWN_CALL)
+        return f"{header}, {len(text):,} characters in full\n{body}"
     tool_calls = msg.get("tool_calls")
     if not tool_calls:
         return f"### {role}\n{body}" if body else f"### {role}"
@@ -147,9 +146,11 @@ def raw_piece(msg: Message, calls: Calls) -> str:
         name = fn.get("name") or "tool"
         args = fn.get("arguments")
         if register and isinstance(call, dict):
-            calls[str(call.get("id") or "")] = (str(name), key_arguments(args))
+            calls[str(call.get("id") or "")] = _result_header(str(name), key_arguments(args))
         args_text = args if isinstance(args, str) else json.dumps(args)
-        lines.append(f"-> calls {name}: {_cut(args_text) if args_text else ''}")
+        if len(args_text) > BODY_LIMIT:
+            args_text = truncate_middle(redact(args_text))
+        lines.append(f"-> calls {name}: {args_text}")
     return "\n".join(lines)
 
 
