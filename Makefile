@@ -81,6 +81,7 @@ $(HERMES_STAMP):
 
 bench: $(DEV_STAMP) $(HERMES_STAMP)
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/compress.py
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/telegram.py
