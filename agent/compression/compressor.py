@@ -244,9 +244,10 @@ class ContextCompressor(ContextEngine):
                 return self._apply(msgs, plan, self._extract(plan), "fallback_used", before,
                                    focus_topic, 0, [notice_fallback(error)], error)
         try:
+            provider = self._summary_provider()  # none configured: fail before rendering
             pieces, middle_tokens = await self._render(plan)
-            summary, chunks, notices = await self._summarize(plan, pieces, middle_tokens,
-                                                             focus_topic)
+            summary, chunks, notices = await self._summarize(provider, plan, pieces,
+                                                             middle_tokens, focus_topic)
         except AuthError as exc:
             error = plain_error(exc)
             log.warning("compaction aborted: the summary model refused credentials or quota: %s",
@@ -295,13 +296,16 @@ class ContextCompressor(ContextEngine):
         # The turns are the middle, unless an earlier summary was taken out of it.
         return pieces, counted if turns is plan.middle else self.token_cache.total(plan.middle)
 
-    async def _summarize(self, plan: _Plan, pieces: list[str], middle_tokens: int,
-                         focus: str | None) -> tuple[str, int, list[str]]:
-        """(stored summary, chunks, notices); retries once on the main model if a separate
-        summary model is missing, timing out or failing with 5xx."""
+    def _summary_provider(self) -> Provider:
         provider = self.settings.summary_provider or self.settings.main_provider
         if provider is None:
             raise ProviderUnavailableError("no summary model is configured")
+        return provider
+
+    async def _summarize(self, provider: Provider, plan: _Plan, pieces: list[str],
+                         middle_tokens: int, focus: str | None) -> tuple[str, int, list[str]]:
+        """(stored summary, chunks, notices); retries once on the main model if a separate
+        summary model is missing, timing out or failing with 5xx."""
         try:
             summary, chunks = await self._run_summary(provider, plan, pieces, middle_tokens,
                                                       focus)
