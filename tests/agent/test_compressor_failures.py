@@ -240,3 +240,21 @@ async def test_every_summarizer_call_is_reported_to_the_usage_sink(
     _, report = await compress(engine, chat(20, size=1_500), force=True)
     assert report.summary_chunks == chat_calls(fake_openai) == len(used) > 1
     assert {(m, p) for m, p, _ in used} == {("fake-model", "summary")}
+
+
+@pytest.mark.parametrize("window", [200_000, 8_000])
+async def test_without_a_summary_model_it_says_so_and_never_renders(
+        window: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine(window, summary_provider=None, max_output_tokens=256)
+    rendered: list[int] = []
+    monkeypatch.setattr(engine.renderer, "render", lambda turns: rendered.append(len(turns)))
+    msgs = chat(300, size=400)  # fits 200K (a middle to fold); 8K must shrink, by extraction
+    out = await engine.compress(copy.deepcopy(msgs))
+    report = engine.last_report
+    assert report is not None and report.error == "no summary model is configured"
+    assert rendered == []
+    if window == 8_000:
+        assert report.outcome == "fallback_used" and len(out) < len(msgs)
+        assert_valid(out)
+    else:
+        assert report.outcome == "skipped" and out == msgs
