@@ -6,12 +6,11 @@ import base64
 import binascii
 import re
 import string
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.redact_screen import Screen, flag_condition, key_condition
-
-REDACTED = "[REDACTED]"
+from agent.redact_screen import Screen
+from agent.redact_values import REDACTED, machine_made, redact_values, value_conditions
 
 _Replace = str | Callable[[re.Match[str]], str]
 
@@ -78,20 +77,10 @@ def _discord(match: re.Match[str]) -> str:
     return REDACTED if decoded.isdigit() else match.group(0)
 
 
-# Characters prose rarely puts in a word but base64 and generated tokens often do.
-_RANDOM_MARKS = frozenset(string.digits + "_~+/=")
-
-
-def _machine_made(value: str) -> bool:
-    """Whether a word looks generated: a digit or symbol, a capital inside it, or length."""
-    return (len(value) >= 16 or value[1:] != value[1:].lower()
-            or not _RANDOM_MARKS.isdisjoint(value))
-
-
 def _bearer(match: re.Match[str]) -> str:
     # "Bearer" also starts prose ("use a Bearer token"); without a header name around it,
     # only a value that looks generated is taken for a credential.
-    return match.group(1) + REDACTED if _machine_made(match.group(2)) else match.group(0)
+    return match.group(1) + REDACTED if machine_made(match.group(2)) else match.group(0)
 
 
 _TOKEN = r"[A-Za-z0-9_-]"
@@ -164,155 +153,7 @@ _RULES: tuple[_Rule, ...] = (
           screen=rf"\.{_TOKEN}{{6}}\.{_TOKEN}{{27}}", not_after=_WORD),
 )
 
-# Keys whose value is a secret. The word must end the key (`DB_PASSWORD`, `apiKey`,
-# `"client_secret"`), so counts like `max_tokens` and words like `author` are left alone.
-_SECRET_KEYS: tuple[str, ...] = tuple(
-    ["password", "passwd", "passphrase", "pwd", "secret", "token", "auth", "credential",
-     "credentials", "apikey", "accesskey", "privatekey", "secretkey", "access_key_id",
-     "access-key-id"]
-    + [f"{a}{sep}key" for a in ("api", "access", "private", "secret") for sep in "_-"]
-)
-_PASSWORD_KEYS = ("pass", "password", "passwd", "passphrase", "pwd")  # people choose these
-_KEY_CHARS = frozenset(string.ascii_lowercase + string.digits)
-_NAME_CHARS = _KEY_CHARS | {"_"}
-# A quoted value. The third form is a JSON string inside a JSON string (tool arguments),
-# whose own escapes arrive doubled: `\\\"` is a quote inside the value, `\"` ends it.
-_QUOTED_VALUE = re.compile(r"[ \t]*(?:\"((?:\\.|[^\"\\\n])+)\"|'((?:\\.|[^'\\\n])+)'|"
-                           r"\\\"((?:\\\\(?:\\.|[^\\\n])|\\[^\"\\\n]|[^\"\\\n])+)\\\")")
-_BARE_VALUE = re.compile(r"[ \t]*(?![=:\"'])([^\s\"',;&]+)")
-# One finder per trigger word, led by the literal word so the scan is a fast prefix search
-# (an alternation of all words would be tried at every position). Group 1 ends the key;
-# `=>` is the PHP and Ruby hash arrow.
-_KEY_FINDERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (word, re.compile(rf"({word}[a-z0-9_-]*)(?:\\?[\"'])?[ \t]*(?:=>|[:=])"))
-    for word in ("pass", "pwd", "secret", "token", "key", "auth", "credential")
-)
-_FLAG = re.compile(r"--([a-z][a-z0-9_.-]*)[ \t]+")
-_FLAG_VALUE = re.compile(r"(?!-)([^\s\"'`;&|]+)")
-_COOKIE = re.compile(r"cookie(\\?[\"']?)[ \t]*:[ \t]*")
-# A header value ends at a line break (also a JSON `\n`) or the quote that opened the header.
-_HEADER_VALUE = {q: re.compile(rf"((?:\\[^nr\r\n]|[^\\\r\n{q}])*)") for q in ("", "\"", "'")}
-
-Spans = dict[int, int]  # value start -> end
-
-
-def _ends_secret_key(lower: str, end: int) -> bool:
-    """Whether the key ending at `end` names a secret: `db_password`, `DB_PASS`, not `bypass`."""
-    if lower.endswith(_SECRET_KEYS, 0, end):
-        return True
-    # `pass` ends too many words (bypass, compass) to count inside one: only as the whole
-    # key or after a separator (`DB_PASS`, `db.pass`).
-    return lower.endswith("pass", 0, end) and (end == 4 or lower[end - 5] not in _KEY_CHARS)
-
-
-def _add(spans: Spans, value: re.Match[str]) -> None:
-    """Record the value's group (inside any quotes); the longest claim on a start wins."""
-    start, end = value.span(value.lastindex or 0)
-    if start < end:
-        spans[start] = max(end, spans.get(start, end))
-
-
-def _assignment_spans(text: str, lower: str, spans: Spans, finder: re.Pattern[str]) -> None:
-    """`key = value`, `key: value`, `"key": "value"`, `'key' => 'value'` for secret keys
-    found by one of `_KEY_FINDERS`."""
-    for hit in finder.finditer(lower):
-        # The word must end the key: `db_password` yes, `max_tokens` or `keyboard` no.
-        if _ends_secret_key(lower, hit.end(1)):
-            value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
-            if value is not None:
-                _add(spans, value)
-
-
-def _flag_spans(text: str, lower: str, spans: Spans) -> None:
-    """`--password X`, `--token X`: a secret flag whose value is the next word."""
-    for hit in _FLAG.finditer(lower):
-        end = hit.end(1)
-        if not _ends_secret_key(lower, end) or lower.startswith("no-", hit.start(1)):
-            continue  # `--no-password` is a switch, not a flag with a value
-        value = _QUOTED_VALUE.match(text, hit.end()) or _FLAG_VALUE.match(text, hit.end())
-        # A password may be any word, but a token or key is generated: a plain word after
-        # `--token` is prose ("pass --token and --url"), not a value.
-        if value is not None and (lower.endswith(_PASSWORD_KEYS, 0, end)
-                                  or _machine_made(value[value.lastindex or 0])):
-            _add(spans, value)
-
-
-def _cookie_spans(text: str, lower: str, spans: Spans) -> None:
-    """`Cookie:` and `Set-Cookie:` values, which hold several secrets up to the line's end."""
-    reach = 0  # end of the last value: a header inside it is covered, and rescanning is slow
-    for hit in _COOKIE.finditer(lower):
-        at = hit.start()
-        if at < reach or at and lower[at - 1] in _NAME_CHARS:
-            continue  # also skip a longer name (`fortune_cookie`)
-        if hit.group(1):  # a quoted key, as in JSON: the value is the quoted string
-            value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
-        else:
-            name = at - 4 if at >= 4 and lower.startswith("set-", at - 4) else at
-            opener = text[name - 1] if name and text[name - 1] in "\"'" else ""
-            value = _HEADER_VALUE[opener].match(text, hit.end())
-        if value is not None:
-            _add(spans, value)
-            reach = value.end()
-
-
-def _replace_spans(text: str, spans: Spans) -> str:
-    pieces: list[str] = []
-    done = 0  # text[:done] is already in pieces
-    for start in sorted(spans):
-        end = spans[start]
-        if start < done:  # overlaps a value already replaced: widen that one
-            done = max(done, end)
-            continue
-        pieces += (text[done:start], REDACTED)
-        done = end
-    pieces.append(text[done:])
-    return "".join(pieces)
-
-
-# The value pass in parts: one per finder word, then cookies, then flags. `parts` below are
-# indices into this order, which is also the order of the screen's value conditions.
-_COOKIES = len(_KEY_FINDERS)
-_FLAGS = _COOKIES + 1
-_EVERY_PART = range(_FLAGS + 1)
-_NO_SEPARATOR = (_FLAGS,)  # without `:` or `=`, only a flag can hold a value
-
-
-def _redact_values(text: str, lower: str, parts: Iterable[int] | None = None) -> str:
-    """The values of secret keys, flags and cookie headers; only the `parts` named, when
-    the screen has said which can find anything (`_SCREEN`)."""
-    if parts is None:
-        parts = _EVERY_PART if ":" in text or "=" in text else _NO_SEPARATOR
-    spans: Spans = {}
-    for part in parts:
-        if part < _COOKIES:
-            word, finder = _KEY_FINDERS[part]
-            if word in lower:
-                _assignment_spans(text, lower, spans, finder)
-        elif part == _COOKIES:
-            if "cookie" in lower:
-                _cookie_spans(text, lower, spans)
-        elif "--" in text:
-            _flag_spans(text, lower, spans)
-    return _replace_spans(text, spans) if spans else text
-
-
-def _value_conditions() -> list[str]:
-    """The screen's condition for each part of the value pass, in `_redact_values` order.
-
-    Every span a finder records sits after a key that ends in a secret key word and then
-    `:`, `=` or `=>`; the key word holds the finder's own word, and the finder that starts
-    there reaches the same key end (`[a-z0-9_-]*` runs to it), so the condition for a
-    finder is its word's secret keys. Cookies sit after `cookie` and `:`; flags after a
-    `--flag` whose name ends in a secret word.
-    """
-    keys = (*_SECRET_KEYS, "pass")
-    groups = [[key for key in keys if word in key] for word, _ in _KEY_FINDERS]
-    if {key for group in groups for key in group} != set(keys):  # a key no finder reads
-        raise RuntimeError("every secret key must hold one of the finder words")
-    return [*map(key_condition, groups), key_condition(["cookie"]), flag_condition(keys)]
-
-
-_SCREEN = Screen((rule.screen for rule in _RULES), _value_conditions())
+_SCREEN = Screen((rule.screen for rule in _RULES), value_conditions())
 
 
 def _lower(text: str) -> str:
@@ -336,7 +177,7 @@ def redact(text: str) -> str:
         return _redact_all(text, _lower(text))
     # No rule can match, so the rules would leave the text as it is: only the value pass
     # can still change it, and only its parts whose key candidates the screen found.
-    return _redact_values(text, _lower(text), parts) if parts else text
+    return redact_values(text, _lower(text), parts) if parts else text
 
 
 def redact_each(texts: Sequence[str]) -> list[str]:
@@ -357,7 +198,7 @@ def _redact_all(text: str, lower: str) -> str:
         text = rule.apply(text, lower)
     if text is not original:
         lower = _lower(text)  # the value pass reads positions, so it must be fresh
-    return _redact_values(text, lower)
+    return redact_values(text, lower)
 
 
 def _redact_value(value: Any) -> Any:
