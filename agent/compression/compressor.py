@@ -13,15 +13,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from agent.compression.assemble import assemble, sanitize_pairs, validation_error
 from agent.compression.budget import Budgets
-from agent.compression.cut import Cut, find_cut, head_size, lighten_tail
 from agent.compression.extractive import extractive_summary
 from agent.compression.guard import Guard
-from agent.compression.markers import SUMMARY_SCAN, fold_previous, split_summary, upgrade_prefix
+from agent.compression.markers import upgrade_prefix
+from agent.compression.plan import CutLimits, Plan, make_plan
 from agent.compression.prompts import (
     notice_aborted,
     notice_fallback,
@@ -46,25 +46,10 @@ from agent.usage import CanonicalUsage
 
 log = logging.getLogger(__name__)
 
-SMALL_TRANSCRIPT_EXTRA = 4  # "too small": at most protect_first_n + 4 messages
 WARN_AFTER_COMPACTIONS = 2
 STATE_VERSION = 1
 COLD_OFFLOAD = 200  # at least this many unrendered turns are rendered in a worker thread
 WARM_FROM_SHARE = 0.5  # a transcript is redacted and rendered ahead from half its threshold
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One cut of one transcript, shared by every phase of a compaction."""
-
-    head: list[Message]
-    middle: list[Message]
-    tail: list[Message]  # after the cheap pass
-    middle_tokens: int | None  # None until counted while rendered (a plain list's middle)
-    edge_tokens: int  # the head and the tail before the cheap pass
-    turns: list[Message]  # the middle without an earlier summary
-    previous: str | None  # the earlier summary found in the middle (or remembered)
-    last_user: Message | None  # the newest user message, which must survive verbatim
 
 
 class ContextCompressor(ContextEngine):
@@ -183,43 +168,14 @@ class ContextCompressor(ContextEngine):
         return self._plan(list(messages), light=True) is not None
 
     # --- the cut -----------------------------------------------------------------
-    def _compacted(self, messages: Sequence[Message]) -> bool:
-        return self.compression_count > 0 or any(
-            split_summary(m)[0] is not None for m in messages[:SUMMARY_SCAN])
-
-    def _cut(self, messages: list[Message]) -> Cut | None:
-        compacted = self._compacted(messages)
-        has_system = bool(messages) and messages[0].get("role") == "system"
-        first_n = (1 if has_system else 0) if compacted else self.protect_first_n
-        if len(messages) <= first_n + SMALL_TRANSCRIPT_EXTRA:
-            return None
-        head_end = head_size(messages, self.protect_first_n, compacted)
-        cut = find_cut(messages, self.token_cache.tokens, head_end=head_end,
-                       tail_budget=self.tail_token_budget, protect_last_n=self.protect_last_n,
-                       count_cap=self.threshold_tokens // 2)
-        return None if cut.middle_empty else cut
-
     def _plan(self, messages: list[Message], *, total: int | None = None,
-              light: bool = False) -> _Plan | None:
-        cut = self._cut(messages)
-        if cut is None:
-            return None
-        head = messages[:cut.head_end]
-        middle = messages[cut.head_end:cut.tail_start]
-        original_tail = messages[cut.tail_start:]
-        remembered = self.previous_summary if self.compression_count > 0 else None
-        previous, turns, tail = fold_previous(messages, cut.head_end, cut.tail_start, middle,
-                                              original_tail, remembered)
-        if not turns:
-            return None  # only an earlier summary in the middle: nothing new to fold in
-        if not light:
-            latest = cut.last_user - cut.tail_start if cut.last_user >= cut.tail_start else 0
-            tail = lighten_tail(tail, latest - (len(original_tail) - len(tail)))
-        last_user = messages[cut.last_user] if cut.last_user >= cut.head_end else None
-        cache = self.token_cache
-        edge_tokens = cache.total(head) + cache.total(original_tail)
-        middle_tokens = None if total is None else total - edge_tokens
-        return _Plan(head, middle, tail, middle_tokens, edge_tokens, turns, previous, last_user)
+              light: bool = False) -> Plan | None:
+        limits = CutLimits(self.protect_first_n, self.protect_last_n, self.tail_token_budget,
+                           count_cap=self.threshold_tokens // 2)
+        earlier = self.compression_count > 0
+        return make_plan(messages, self.token_cache, limits, compacted=earlier,
+                         remembered=self.previous_summary if earlier else None, total=total,
+                         light=light)
 
     # --- the compaction itself, and its failures ------------------------------------------------------------------
     async def compress(self, messages: list[dict[str, Any]], current_tokens: int | None = None,
@@ -268,7 +224,7 @@ class ContextCompressor(ContextEngine):
         tokens = current_tokens if current_tokens is not None else self.calibration.apply(before)
         return not over_share(tokens, self.effective_window)
 
-    def _after_failure(self, msgs: list[Message], plan: _Plan, exc: Exception, now: float,
+    def _after_failure(self, msgs: list[Message], plan: Plan, exc: Exception, now: float,
                        current_tokens: int | None, before: int,
                        focus: str | None) -> list[Message]:
         error = plain_error(exc)
@@ -281,7 +237,7 @@ class ContextCompressor(ContextEngine):
         return self._apply(msgs, plan, self._extract(plan), "fallback_used", before, focus, 0,
                            [notice_fallback(error)], error)
 
-    async def _render(self, plan: _Plan) -> tuple[list[str], int]:
+    async def _render(self, plan: Plan) -> tuple[list[str], int]:
         """The summarizer's pieces of the turns, and the middle's tokens."""
         turns = plan.turns
         if len(turns) >= COLD_OFFLOAD and not (self.token_cache.is_warm(turns[0], "piece")
@@ -302,7 +258,7 @@ class ContextCompressor(ContextEngine):
             raise ProviderUnavailableError("no summary model is configured")
         return provider
 
-    async def _summarize(self, provider: Provider, plan: _Plan, pieces: list[str],
+    async def _summarize(self, provider: Provider, plan: Plan, pieces: list[str],
                          middle_tokens: int, focus: str | None) -> tuple[str, int, list[str]]:
         """(stored summary, chunks, notices); retries once on the main model if a separate
         summary model is missing, timing out or failing with 5xx."""
@@ -320,7 +276,7 @@ class ContextCompressor(ContextEngine):
             summary, chunks = await self._run_summary(main, plan, pieces, middle_tokens, focus)
             return summary, chunks, [notice_summary_model_failed(provider.model, error)]
 
-    async def _run_summary(self, provider: Provider, plan: _Plan, pieces: list[str],
+    async def _run_summary(self, provider: Provider, plan: Plan, pieces: list[str],
                            middle_tokens: int, focus: str | None) -> tuple[str, int]:
         window = self._summary_window(provider)
         budget = self.summary_budget(middle_tokens, window)
@@ -329,15 +285,15 @@ class ContextCompressor(ContextEngine):
         body, chunks = await summarizer.summarize(pieces, plan.previous, focus)
         return finish_summary(body, self._task(plan)), chunks
 
-    def _task(self, plan: _Plan) -> str:
+    def _task(self, plan: Plan) -> str:
         newest = recent_user_requests(plan.turns, self.token_cache, 1)
         return task_text(newest[0] if newest else None, plan.previous)
 
-    def _extract(self, plan: _Plan) -> str:
+    def _extract(self, plan: Plan) -> str:
         return extractive_summary(plan.turns, self.token_cache, task=self._task(plan),
                                   previous=plan.previous)
 
-    def _apply(self, msgs: list[Message], plan: _Plan, summary: str, outcome: str, before: int,
+    def _apply(self, msgs: list[Message], plan: Plan, summary: str, outcome: str, before: int,
                focus: str | None, chunks: int, notices: list[str],
                error: str | None = None) -> list[Message]:
         out = sanitize_pairs(assemble(plan.head, summary, plan.tail))
