@@ -247,10 +247,11 @@ class ContextCompressor(ContextEngine):
             pieces, counted = await asyncio.to_thread(self.renderer.render, turns)
         else:
             pieces, counted = self.renderer.render(turns)
-        if plan.middle_tokens is not None:
+        if plan.middle_tokens is not None:  # a Transcript's: known before the render
             return pieces, plan.middle_tokens
-        # The turns are the middle, unless an earlier summary was taken out of it.
-        return pieces, counted if turns is plan.middle else self.token_cache.total(plan.middle)
+        if counted is not None and turns is plan.middle:  # no earlier summary taken out
+            return pieces, counted
+        return pieces, self.token_cache.total(plan.middle)
 
     def _summary_provider(self) -> Provider:
         provider = self.settings.summary_provider or self.settings.main_provider

@@ -175,13 +175,14 @@ class TurnRenderer:
         calls = self._recent_calls
         self.cache.derived(msg, "piece", lambda m: redact(raw_piece(m, calls)))
 
-    def render(self, originals: Sequence[Message]) -> tuple[list[str], int]:
-        """(one text per message, the messages' summed token estimates): the cached pieces,
+    def render(self, originals: Sequence[Message]) -> tuple[list[str], int | None]:
+        """(one text per message, their summed token estimates or None): the cached pieces,
         and the rest rendered now (not kept: an unwarmed span is a one-off list, and a
-        compaction drops it anyway). A span never warmed is counted as it is rendered."""
+        compaction drops it anyway). Only a span never warmed is counted as it is rendered;
+        a warmed one's messages are in the cache, counted already."""
         pieces = self.cache.values(originals, "piece")
         if None not in pieces:
-            return pieces, self.cache.total(originals)
+            return pieces, None
         calls: Calls = {}
         if pieces.count(None) == len(pieces):  # nothing warmed: a span loaded cold
             raw, tokens = self.cache.counted(originals, raw_piece, calls)
@@ -196,7 +197,7 @@ class TurnRenderer:
                 _register_calls(msg, calls)
         for i, piece in zip(missing, redact_each(raw), strict=True):
             pieces[i] = piece
-        return pieces, self.cache.total(originals)
+        return pieces, None
 
 
 def recent_user_requests(originals: Sequence[Message], cache: TokenCache,
