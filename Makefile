@@ -29,46 +29,35 @@ lint: $(DEV_STAMP)
 test: $(DEV_STAMP) lint systemd-analyze postgres-server chromium
 	$(BIN)/pytest
 
-# tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze
-# verify` (Debian's systemd package). Installing it is best effort (root, or sudo without a
-# password); when it cannot be installed, that test fails and says what is missing.
+# System packages some tests need, from Debian. Installing is best effort (root, or sudo
+# without a password); when a package cannot be installed, the tests that need it fail and
+# say what is missing. $(call apt_install,PACKAGE,WHAT NEEDS IT)
+define apt_install
+if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  echo "installing $(1) for $(2) (apt-get install $(1))"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q --no-install-recommends $(1) >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q --no-install-recommends $(1) >/dev/null; } || \
+	  echo "warning: could not install $(1); $(2) will fail"
+endef
+
+# tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze verify`.
 systemd-analyze:
 	@command -v systemd-analyze >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
-	  echo "installing systemd-analyze (apt-get install systemd)"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  $$SUDO apt-get install -y -q --no-install-recommends systemd >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && \
-	    $$SUDO apt-get install -y -q --no-install-recommends systemd >/dev/null; } || \
-	  echo "warning: could not install systemd; the unit-file test will fail"; \
-	}
+	  $(call apt_install,systemd,the unit-file test); }
 
 # tests/e2e/test_web_browser.py drives Debian's chromium with Playwright (its own browser
-# downloads are not used). Installing it is best effort, as above.
+# downloads are not used).
 chromium:
 	@{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || { \
-	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
-	  echo "installing Chromium for the browser tests (apt-get install chromium)"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  $$SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && \
-	    $$SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
-	  echo "warning: could not install chromium; the browser tests will fail"; \
-	}
+	  $(call apt_install,chromium,the browser tests); }
 
 # The `postgres_server` test fixture (tests/harness/postgres.py) runs a real PostgreSQL
-# server from Debian's postgresql package. Installing it is best effort, as above; when it
-# cannot be installed, the PostgreSQL tests fail and say what is missing.
+# server from Debian's postgresql package.
 postgres-server:
 	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || { \
-	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
-	  echo "installing the PostgreSQL server (apt-get install postgresql)"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  $$SUDO apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && \
-	    $$SUDO apt-get install -y -q --no-install-recommends postgresql >/dev/null; } || \
-	  echo "warning: could not install postgresql; the PostgreSQL tests will fail"; \
-	}
+	  $(call apt_install,postgresql,the PostgreSQL tests); }
 
 # The reference design for bench/sidebyside: Hermes Agent in its own venv, never a dependency.
 HERMES_VENV  := .bench-hermes
