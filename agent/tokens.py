@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, overload
 
 from agent.attachments.parts import is_attachment, model_chars
 from agent.messages import Message
@@ -38,7 +38,7 @@ def estimate_text(text: str | None) -> int:
     return -(-len(text) // CHARS_PER_TOKEN) if text else 0
 
 
-def _content_chars(content: Any) -> tuple[int, int]:
+def content_chars(content: Any) -> tuple[int, int]:
     """(characters of text, number of images) in a content value of any shape."""
     if content is None:
         return 0, 0
@@ -67,7 +67,7 @@ def _part_chars(part: Any) -> tuple[int, int]:
     if "text" in part:
         return len(part.get("text") or ""), 0
     if "content" in part:  # an Anthropic tool_result block
-        return _content_chars(part.get("content"))
+        return content_chars(part.get("content"))
     if "input" in part:  # an Anthropic tool_use block
         raw = part["input"]
         return len(raw if isinstance(raw, str) else json.dumps(raw)), 0
@@ -79,17 +79,23 @@ def estimate_message(msg: Message, image_cost: int = IMAGE_TOKENS) -> int:
 
     `image_cost` is what one picture costs with the provider at hand (`image_tokens`)."""
     content = msg.get("content")
-    # Plain-string content is the common shape; `_content_chars` gives it the same count.
-    chars, images = (len(content), 0) if isinstance(content, str) else _content_chars(content)
+    # Plain-string content is the common shape; `content_chars` gives it the same count.
+    chars, images = (len(content), 0) if isinstance(content, str) else content_chars(content)
     calls = msg.get("tool_calls")
     if calls:
-        chars += _calls_chars(calls)
+        chars += calls_chars(calls)
     if msg.get("role") == "tool":
         chars += len(msg.get("tool_call_id") or "")
+    return message_tokens(chars, images, image_cost)
+
+
+def message_tokens(chars: int, images: int, image_cost: int) -> int:
+    """A message's estimate from its characters and pictures (`estimate_message`; the
+    summarizer's renderer sums the same characters as it renders a cold span)."""
     return -(-chars // CHARS_PER_TOKEN) + images * image_cost + MESSAGE_OVERHEAD
 
 
-def _calls_chars(calls: Any) -> int:
+def calls_chars(calls: Any) -> int:
     """Characters of the tool names and argument strings of a message's tool calls."""
     chars = 0
     for call in calls:
@@ -132,8 +138,6 @@ class _Entry:
 
 
 _MISSING = object()
-A = TypeVar("A")
-R = TypeVar("R")
 
 
 class TokenCache:
@@ -184,24 +188,6 @@ class TokenCache:
             entry = entries.get(id(msg))
             total += entry.tokens if entry is not None else estimate_message(msg, image_cost)
         return total
-
-    def counted(self, msgs: Iterable[Message], fn: Callable[[Message, A], R],
-                arg: A) -> tuple[list[R], int]:
-        """`[fn(m, arg) for m in msgs]` and `self.total(msgs)` in one pass.
-
-        A span nobody has seen (a history loaded from storage) is then read once, each
-        message while its dict is in the core's cache, instead of once to count it and
-        again to render it: about a millisecond on 2,000 messages."""
-        entries = self._entries
-        image_cost = self.image_cost
-        total = 0
-        out: list[R] = []
-        append = out.append
-        for msg in msgs:
-            entry = entries.get(id(msg))
-            total += entry.tokens if entry is not None else estimate_message(msg, image_cost)
-            append(fn(msg, arg))
-        return out, total
 
     def redacted(self, msg: Message) -> Message:
         """The message with secrets replaced; the same dict when it held none."""

@@ -7,6 +7,8 @@ import copy
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.compression.render import (
     BODY_LIMIT,
@@ -17,7 +19,7 @@ from agent.compression.render import (
     truncate_middle,
 )
 from agent.redact import REDACTED
-from agent.tokens import Message, TokenCache
+from agent.tokens import IMAGE_TOKENS, Message, TokenCache, estimate_message
 from tests.harness.transcripts import assistant, call, result, user
 
 KEY = "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl"
@@ -106,3 +108,37 @@ def test_key_arguments_read_exactly_what_json_accepts(raw: str) -> None:
     assert key_arguments(raw) == expected
     if raw.startswith('{"n": 1234'):
         assert expected == "n=123456789012345678901234567890"
+
+
+_TEXT = st.sampled_from(["", "hi", "x" * 37, "z" * (BODY_LIMIT + 3)])
+_PART = st.one_of(
+    _TEXT, st.none(), st.integers(0, 9),
+    st.builds(lambda t: {"type": "text", "text": t}, _TEXT),
+    st.just({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}),
+    st.just({"type": "attachment", "kind": "file", "name": "notes.txt", "text": "abc" * 9}),
+    st.builds(lambda t: {"type": "tool_result", "content": t}, _TEXT),
+    st.builds(lambda t: {"type": "tool_use", "input": {"q": t}}, _TEXT))
+_CALL = st.one_of(
+    st.builds(lambda i, name, args: {"id": i, "type": "function",
+                                     "function": {"name": name, "arguments": args}},
+              st.sampled_from(["c1", "", None]), st.sampled_from(["run", "", None]),
+              st.one_of(st.sampled_from(['{"path": "/a"}', "", "not json", '{"k": "v"' * 900]),
+                        st.none(), st.just({"path": "/a", "n": 3}))),
+    st.just({"id": "c2"}), st.just("not a call"), st.just({"function": "not a dict"}))
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system", None, "developer"])},
+    optional={"content": st.one_of(_TEXT, st.none(), st.lists(_PART, max_size=4)),
+              "tool_calls": st.one_of(st.none(), st.lists(_CALL, max_size=3)),
+              "tool_call_id": st.sampled_from(["c1", "call_000123", ""])})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MESSAGE, min_size=1, max_size=6), st.sampled_from([IMAGE_TOKENS, 765, 20]))
+def test_a_cold_span_is_counted_as_each_message_is_estimated(msgs: list[Message],
+                                                             image_cost: int) -> None:
+    # A cold span's count comes from the renderer's own reading of each message
+    # (counted_piece), not from estimate_message: the two must never part.
+    cache = TokenCache(image_cost=image_cost)
+    pieces, tokens = TurnRenderer(cache).render(msgs)
+    assert tokens == sum(estimate_message(m, image_cost) for m in msgs)
+    assert len(pieces) == len(msgs)
