@@ -13,7 +13,7 @@ half the patterns no longer recognise (docs/architecture.md, "Secrets").
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -21,7 +21,14 @@ import orjson
 from agent.compression.markers import split_summary
 from agent.messages import content_text
 from agent.redact import redact, redact_each
-from agent.tokens import Message, TokenCache, calls_chars, content_chars, message_tokens
+from agent.tokens import (
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD,
+    Message,
+    TokenCache,
+    calls_chars,
+    content_chars,
+)
 
 # Our own markers are ASCII: a summary request joins hundreds of thousands of characters,
 # and one wider character anywhere makes CPython store the whole joined prompt wider.
@@ -124,51 +131,67 @@ def _picked(args: Any, *, floats: bool = False) -> str | None:
 
 def raw_piece(msg: Message, calls: Calls) -> str:
     """One message as the summarizer reads it, before redaction (only cut text is redacted)."""
-    return counted_piece(msg, calls, 0)[0]
+    return raw_pieces((msg,), calls, 0)[0][0]
 
 
-def counted_piece(msg: Message, calls: Calls, image_cost: int) -> tuple[str, int]:
-    """`raw_piece`, and the message's token estimate: `estimate_message(msg, image_cost)`,
-    summed from the fields the rendering reads anyway (a span loaded cold is counted and
-    rendered in one pass; `tests/agent/test_render.py` holds the two counts equal).
+def raw_pieces(msgs: Iterable[Message], calls: Calls,
+               image_cost: int) -> tuple[list[str], int]:
+    """`raw_piece` of each message, and their summed token estimates: what
+    `estimate_message(msg, image_cost)` gives each, summed from the fields the rendering
+    reads anyway. A span loaded cold is rendered and counted in this one loop, each
+    message read once (`tests/agent/test_render.py` holds the two counts equal).
 
     A tool result is headed by the call that produced it, looked up in `calls`; an
     assistant message adds its own calls to `calls` as it is rendered, so a result after
     it finds them."""
-    role = msg.get("role") or "user"
-    content = msg.get("content")
-    if isinstance(content, str):
-        text, chars, images = content, len(content), 0
-    else:
-        text = content_text(content)
-        chars, images = content_chars(content)
-    # A text about to be cut is redacted first (the module doc), here and for arguments.
-    body = truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text
-    tool_calls = msg.get("tool_calls")
-    if role == "tool":
-        call_id = msg.get("tool_call_id")
-        chars += len(call_id or "") + (calls_chars(tool_calls) if tool_calls else 0)
-        header = calls.get(str(call_id), _UNKNOWN_CALL)
-        piece = f"{header}, {len(text):,} characters in full\n{body}"
-    elif not tool_calls:
-        piece = f"### {role}\n{body}" if body else f"### {role}"
-    else:
-        lines = [f"### {role}", body] if body else [f"### {role}"]
-        register = role == "assistant"
-        for call in tool_calls:
-            fn = _function(call)
-            name = fn.get("name")
-            args = fn.get("arguments")
-            chars += len(name or "") + len(args or "")
-            name = name or "tool"
-            if register and isinstance(call, dict):
-                calls[str(call.get("id") or "")] = _result_header(str(name), key_arguments(args))
-            args_text = args if isinstance(args, str) else json.dumps(args)
-            if len(args_text) > BODY_LIMIT:
-                args_text = truncate_middle(redact(args_text))
-            lines.append(f"-> calls {name}: {args_text}")
-        piece = "\n".join(lines)
-    return piece, message_tokens(chars, images, image_cost)
+    pieces: list[str] = []
+    append = pieces.append
+    total = 0
+    for msg in msgs:
+        role = msg.get("role") or "user"
+        content = msg.get("content")
+        if isinstance(content, str):
+            text, chars, images = content, len(content), 0
+        else:
+            text = content_text(content)
+            chars, images = content_chars(content)
+        # A text about to be cut is redacted first (the module doc), here and for arguments.
+        body = truncate_middle(redact(text)) if len(text) > BODY_LIMIT else text
+        tool_calls = msg.get("tool_calls")
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            chars += len(call_id or "") + (calls_chars(tool_calls) if tool_calls else 0)
+            header = calls.get(str(call_id), _UNKNOWN_CALL)
+            append(f"{header}, {len(text):,} characters in full\n{body}")
+        elif not tool_calls:
+            append(f"### {role}\n{body}" if body else f"### {role}")
+        else:
+            chars += _render_calls(role, body, tool_calls, calls, append)
+        # `message_tokens`, inline: this loop is most of a cold compaction.
+        total += -(-chars // CHARS_PER_TOKEN) + images * image_cost + MESSAGE_OVERHEAD
+    return pieces, total
+
+
+def _render_calls(role: str, body: str, tool_calls: Any, calls: Calls,
+                  append: Callable[[str], None]) -> int:
+    """Append a message that makes tool calls; return the calls' characters."""
+    lines = [f"### {role}", body] if body else [f"### {role}"]
+    register = role == "assistant"
+    chars = 0
+    for call in tool_calls:
+        fn = _function(call)
+        name = fn.get("name")
+        args = fn.get("arguments")
+        chars += len(name or "") + len(args or "")
+        name = name or "tool"
+        if register and isinstance(call, dict):
+            calls[str(call.get("id") or "")] = _result_header(str(name), key_arguments(args))
+        args_text = args if isinstance(args, str) else json.dumps(args)
+        if len(args_text) > BODY_LIMIT:
+            args_text = truncate_middle(redact(args_text))
+        lines.append(f"-> calls {name}: {args_text}")
+    append("\n".join(lines))
+    return chars
 
 
 class TurnRenderer:
@@ -202,12 +225,7 @@ class TurnRenderer:
             return pieces, None
         calls: Calls = {}
         if pieces.count(None) == len(pieces):  # nothing warmed: a span loaded cold
-            cost = self.cache.image_cost
-            raw, tokens = [], 0
-            for msg in originals:
-                piece, count = counted_piece(msg, calls, cost)
-                raw.append(piece)
-                tokens += count
+            raw, tokens = raw_pieces(originals, calls, self.cache.image_cost)
             return redact_each(raw), tokens
         missing: list[int] = []
         raw: list[str] = []

@@ -239,7 +239,7 @@ async def test_compress_takes_a_live_transcript_and_forgets_what_it_removed() ->
 
 @pytest.mark.parametrize("earlier_summary", [False, True])
 async def test_a_plain_list_is_sized_as_its_transcript_would_be(earlier_summary: bool) -> None:
-    # A plain list's middle is counted while it is rendered (render.counted_piece); its size,
+    # A plain list's middle is counted while it is rendered (render.raw_pieces); its size,
     # and the summary budget drawn from the middle, must be what a live Transcript says.
     msgs = chat(120, size=400)  # a middle past COLD_OFFLOAD: rendered in a worker thread
     if earlier_summary:  # a continuation: the earlier summary sits in the middle

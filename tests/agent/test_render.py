@@ -137,7 +137,7 @@ _MESSAGE = st.fixed_dictionaries(
 def test_a_cold_span_is_counted_as_each_message_is_estimated(msgs: list[Message],
                                                              image_cost: int) -> None:
     # A cold span's count comes from the renderer's own reading of each message
-    # (counted_piece), not from estimate_message: the two must never part.
+    # (raw_pieces), not from estimate_message: the two must never part.
     cache = TokenCache(image_cost=image_cost)
     pieces, tokens = TurnRenderer(cache).render(msgs)
     assert tokens == sum(estimate_message(m, image_cost) for m in msgs)
