@@ -86,12 +86,7 @@ def estimate_message(msg: Message, image_cost: int = IMAGE_TOKENS) -> int:
         chars += calls_chars(calls)
     if msg.get("role") == "tool":
         chars += len(msg.get("tool_call_id") or "")
-    return message_tokens(chars, images, image_cost)
-
-
-def message_tokens(chars: int, images: int, image_cost: int) -> int:
-    """A message's estimate from its characters and pictures (`estimate_message`; the
-    summarizer's renderer sums the same characters as it renders a cold span)."""
+    # The summarizer's renderer counts a cold span with this formula too (`raw_pieces`).
     return -(-chars // CHARS_PER_TOKEN) + images * image_cost + MESSAGE_OVERHEAD
 
 

@@ -167,7 +167,7 @@ def raw_pieces(msgs: Iterable[Message], calls: Calls,
             append(f"### {role}\n{body}" if body else f"### {role}")
         else:
             chars += _render_calls(role, body, tool_calls, calls, append)
-        # `message_tokens`, inline: this loop is most of a cold compaction.
+        # `estimate_message`'s formula, over the characters counted above.
         total += -(-chars // CHARS_PER_TOKEN) + images * image_cost + MESSAGE_OVERHEAD
     return pieces, total
 
