@@ -76,7 +76,7 @@ def _function(call: Any) -> dict[str, Any]:
 
 
 def _register_calls(msg: Message, calls: Calls) -> None:
-    """Add an assistant message's calls to `calls`, as `raw_piece` does when rendering it."""
+    """Add an assistant message's calls to `calls`, as `_render_calls` does while rendering it."""
     for call in msg.get("tool_calls") or ():
         if isinstance(call, dict):
             fn = _function(call)

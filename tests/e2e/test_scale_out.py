@@ -35,13 +35,13 @@ async def _check_once_and_in_order(fake_telegram, fake_openai, db_url: str, *,
         user = FIRST_USER + chat
         expected = [_text(chat, k) for k in range(per_chat)]
         assert await user_texts(db_url, f"telegram:{user}") == expected, chat
-        sent = fake_telegram.messages(user)
-        replies = [m.reply_to for m in sent]
+        ours = fake_telegram.messages(user)
+        replies = [m.reply_to for m in ours]
         # One reply per turn, each to a later message: nothing answered twice or backwards.
         # (On failure: each reply's text and time, to tell a resent chunk from a turn run
         # twice.)
         assert replies == sorted(set(replies)) and replies, (
-            chat, [(m.reply_to, m.message_id, round(m.at, 3), m.text[:60]) for m in sent])
+            chat, [(m.reply_to, m.message_id, round(m.at, 3), m.text[:60]) for m in ours])
     calls, sent = len(fake_openai.calls_to("/chat/completions")), len(fake_telegram.messages())
     # Every model answer was sent once; only turns cut off by the kill asked for nothing.
     assert 0 <= calls - sent <= (CHATS if killed else 0), (calls, sent)
