@@ -5,28 +5,36 @@ BIN    := $(VENV)/bin
 # Stamps record which extras are installed; they are redone when pyproject.toml changes.
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP   := $(VENV)/.installed-dev
+# setup.py compiles a few hot modules beside their sources (docs/architecture.md, "Compiled
+# modules"); this stamp rebuilds them when one of those sources changes.
+COMPILED       := $(shell grep -o '"agent/[a-z_/]*\.py"' setup.py | tr -d '"')
+COMPILED_STAMP := $(VENV)/.compiled
 
-.PHONY: run test lint bench clean systemd-analyze postgres-server chromium
+.PHONY: run test lint bench clean systemd-analyze postgres-server chromium compiler
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(LOCAL_STAMP): pyproject.toml | $(BIN)/python
+$(LOCAL_STAMP): pyproject.toml setup.py | $(BIN)/python compiler
 	$(BIN)/pip install --quiet -e '.[local]'
+	touch $@ $(COMPILED_STAMP)
+
+$(DEV_STAMP): pyproject.toml setup.py | $(BIN)/python compiler
+	$(BIN)/pip install --quiet -e '.[dev,local]'
+	touch $@ $(LOCAL_STAMP) $(COMPILED_STAMP)
+
+$(COMPILED_STAMP): $(COMPILED) $(wildcard $(COMPILED:.py=.pxd)) | $(LOCAL_STAMP)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
-$(DEV_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,local]'
-	touch $@ $(LOCAL_STAMP)
-
-run: $(LOCAL_STAMP)
+run: $(LOCAL_STAMP) $(COMPILED_STAMP)
 	$(BIN)/threadline run
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 
-test: $(DEV_STAMP) lint systemd-analyze postgres-server chromium
+test: $(DEV_STAMP) $(COMPILED_STAMP) lint systemd-analyze postgres-server chromium
 	$(BIN)/pytest
 
 # System packages some tests need, from Debian. Installing is best effort (root, or sudo
@@ -41,6 +49,12 @@ if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
 	    $$SUDO apt-get install -y -q --no-install-recommends $(1) >/dev/null; } || \
 	  echo "warning: could not install $(1); $(2) will fail"
 endef
+
+# A C compiler for the modules setup.py compiles; without one they run as plain Python, and
+# tests/agent/test_compiled.py says so.
+compiler:
+	@command -v cc >/dev/null 2>&1 || { \
+	  $(call apt_install,gcc,the compiled modules); }
 
 # tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze verify`.
 systemd-analyze:
@@ -84,4 +98,5 @@ bench: $(DEV_STAMP) $(HERMES_STAMP)
 	HERMES_PY=$(HERMES_VENV)/bin/python $(BIN)/python bench/sidebyside/run.py
 
 clean:
-	rm -rf $(VENV) $(HERMES_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(HERMES_VENV) .pytest_cache .ruff_cache build
+	find agent -name '*.so' -delete

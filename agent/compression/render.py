@@ -8,6 +8,10 @@ Redaction runs on the finished rendering, so it covers exactly the text the summ
 reads (a secret spelled with JSON escapes in tool arguments is caught once decoded for the
 header). A text about to be cut is redacted before the cut, so no secret is split into a
 half the patterns no longer recognise (docs/architecture.md, "Secrets").
+
+setup.py compiles this module with Cython, typed by `render.pxd`; it stays plain Python and
+is the reference the compiled loop is tested against (docs/architecture.md, "Compiled
+modules").
 """
 
 from __future__ import annotations
