@@ -4,12 +4,16 @@ rendered, cut only after redaction, and the same whether warmed at ingest or ren
 from __future__ import annotations
 
 import copy
+import importlib.machinery
 import json
+import types
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.compression import render
 from agent.compression.render import (
     BODY_LIMIT,
     HEAD_KEEP,
@@ -142,3 +146,36 @@ def test_a_cold_span_is_counted_as_each_message_is_estimated(msgs: list[Message]
     pieces, tokens = TurnRenderer(cache).render(msgs)
     assert tokens == sum(estimate_message(m, image_cost) for m in msgs)
     assert len(pieces) == len(msgs)
+
+
+def _render_source() -> types.ModuleType:
+    """render.py run as plain Python, whatever setup.py compiled from it."""
+    loader = importlib.machinery.SourceFileLoader(
+        "render_source", str(Path(render.__file__ or "").with_name("render.py")))
+    module = types.ModuleType(loader.name)
+    loader.exec_module(module)
+    return module
+
+
+_SOURCE = _render_source()
+_ARGUMENTS = st.one_of(
+    st.text(max_size=40), st.none(), st.integers(),
+    st.dictionaries(st.text(max_size=5), st.one_of(
+        st.text(max_size=130), st.integers(), st.floats(), st.booleans(), st.none(),
+        st.lists(st.integers(), max_size=2)), max_size=5).map(json.dumps))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MESSAGE, min_size=1, max_size=6), st.sampled_from([IMAGE_TOKENS, 765, 0]),
+       st.lists(_ARGUMENTS, max_size=4))
+def test_the_compiled_render_loop_renders_as_its_source_does(
+        msgs: list[Message], image_cost: int, arguments: list[object]) -> None:
+    # setup.py compiles render.py with C types from render.pxd (docs/architecture.md,
+    # "Compiled modules"); the plain source is the reference for what the loop means.
+    calls: dict[str, str] = {}
+    source_calls: dict[str, str] = {}
+    assert render.raw_pieces(msgs, calls, image_cost) == _SOURCE.raw_pieces(
+        msgs, source_calls, image_cost)
+    assert calls == source_calls
+    for raw in arguments:
+        assert render.key_arguments(raw) == _SOURCE.key_arguments(raw)
