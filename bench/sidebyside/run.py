@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         "hermes": H.call("info"), "threadline": TL.call("info"), "sizes": {},
         "ratio_definition": "hermes_median / threadline_median (>1: Threadline faster)"}
     print(f"hermes-agent {res['hermes']['version']} ({res['hermes']['module']})")
-    print(f"threadline {res['threadline']['version']} ({res['threadline']['module']})")
+    print(f"threadline {res['threadline']['version']} ({res['threadline']['module']}; "
+          f"render loop {os.path.basename(res['threadline'].get('render_loop') or '?')})")
     print(f"{os.cpu_count()} CPUs, load average at start {res['loadavg']['start']}")
     rows: list[tuple[str, float | None, float | None]] = []  # label, Hermes, Threadline
 

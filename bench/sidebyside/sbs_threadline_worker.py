@@ -38,6 +38,7 @@ import sbs_proto as P  # noqa: E402
 import sbs_transcript as T  # noqa: E402
 
 import agent.compression.compressor as cc  # noqa: E402
+from agent.compression import render  # noqa: E402
 from agent.context_engine import EngineSettings  # noqa: E402
 from agent.providers import anthropic as tl_anthropic  # noqa: E402
 from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
@@ -102,6 +103,7 @@ def info() -> dict[str, Any]:
         version = None
     return {"side": "threadline", "src": _SRC, "version": version,
             "python": platform.python_version(), "module": cc.__file__,
+            "render_loop": render.__file__,  # compiled by setup.py, or the plain source
             "threshold_percent": eng.threshold_percent, "threshold_tokens": eng.threshold_tokens,
             "tail_token_budget": eng.tail_token_budget, "effective_window": eng.effective_window,
             "max_output_tokens": MAX_OUTPUT_TOKENS, "protect_first_n": eng.protect_first_n,
