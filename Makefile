@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Stamps record which extras are installed; they are redone when pyproject.toml changes.
+# Stamps record which extras are installed; they are redone when pyproject.toml or setup.py
+# changes.
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP   := $(VENV)/.installed-dev
 # setup.py compiles a few hot modules beside their sources (docs/architecture.md, "Compiled
