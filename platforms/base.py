@@ -187,6 +187,18 @@ class PlatformAdapter(ABC):
         """The reply as the platform's messages, each within its size limit."""
         return [Chunk(part) for part in split_message(text, self.max_message_length)]
 
+    @property
+    def formatter(self) -> Callable[[str], list[Chunk]] | None:
+        """A module-level function rendering like `render`, when rendering is costly or
+        not linear in its input (a third-party Markdown converter): the gateway then runs
+        it in a worker process with a time limit and falls back to `render_plain`
+        (docs/architecture.md, "Untrusted work"). None: `render` runs where it is called."""
+        return None
+
+    def render_plain(self, text: str) -> list[Chunk]:
+        """The reply's own characters, unformatted, in messages within the size limit."""
+        return [Chunk(part) for part in split_message(text, self.max_message_length)]
+
     @abstractmethod
     async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str | None:
         """Send one message; return its platform message id. Raises SendError kinds."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dtm
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from platforms.telegram import files
 from platforms.telegram import format as fmt
 from platforms.telegram.inbound import AdminCache, to_inbound
 from platforms.telegram.webhook import WebhookServer
-from platforms.text import markdown_balanced, split_message, utf16_len
+from platforms.text import markdown_balanced
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,13 @@ class TelegramAdapter(PlatformAdapter):
     def render(self, text: str) -> list[Chunk]:
         return fmt.render(text)
 
+    @property
+    def formatter(self) -> Callable[[str], list[Chunk]]:
+        return fmt.render  # the converter is not linear on every input: bounded, off the loop
+
+    def render_plain(self, text: str) -> list[Chunk]:
+        return fmt.render_plain(text)
+
     async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str:
         try:
             return await self._send(chat, chunk, reply_to)
@@ -188,8 +196,7 @@ class TelegramAdapter(PlatformAdapter):
     def render_partial(self, text: str) -> list[Chunk]:
         if markdown_balanced(text):
             return fmt.render(text)
-        parts = split_message(text, self.max_message_length, measure=utf16_len)
-        return [Chunk(part) for part in parts if part.strip()]
+        return fmt.render_plain(text)
 
     async def send_draft(self, chat: ChatRef, draft_id: int, chunk: Chunk) -> None:
         try:
