@@ -64,7 +64,7 @@ class Gateway:
         self.resets = Resets(resets or ResetPolicy(), store, conversations, clock,
                              busy=lambda key: self.router.running(key) is not None)
         live = Streaming(streaming or StreamSettings(enabled=False), self.adapters,
-                         self.outbound.budgets, self.metrics)
+                         self.outbound.budgets, self.metrics, self.outbound.renderer)
         self.reader = AttachmentReader(
             self.adapters, conversations.files, store, settings=attachments,
             transcriber=transcriber, vision=conversations.provider.vision,
@@ -218,8 +218,8 @@ class Gateway:
                 log.exception("recording a clean stop failed")
         await self.store.shutdown()
         await self.conversations.aclose()
-        if self.reader.transcriber is not None:
-            await self.reader.transcriber.aclose()
+        await self.reader.aclose()
+        await self.outbound.renderer.aclose()
 
     async def wait_closed(self) -> None:
         """Return when every adapter has ended by itself (the console at end of input)."""

@@ -15,11 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.attachments.examine import examine
 from agent.attachments.files import AttachmentFiles
 from agent.attachments.parts import attachment_part
-from agent.attachments.read import Unreadable, model_image, read_text, sniff
+from agent.attachments.read import FileText, ModelImage, Unreadable
 from agent.providers.transcribe import Transcriber, TranscriptionError
 from gateway.metrics import Metrics
+from gateway.offload import WorkerPool, WorkFailed, WorkTimeout
 from platforms.base import (
     Attachment,
     DownloadError,
@@ -48,6 +50,15 @@ _DECLINED_KINDS = {"video": "videos", "sticker": "stickers", "other": "that kind
 class ReaderSettings:
     max_bytes: int = 20 * MB
     max_text_chars: int = 100_000
+    timeout_s: float = 20.0  # judging and reading one file (decoding, a PDF's text)
+    readers: int = 2  # worker processes reading at once
+    memory_mb: int = 768  # address space of each
+
+
+def reader_pool(settings: ReaderSettings) -> WorkerPool:
+    """The worker processes files are read in (docs/architecture.md, "Untrusted work")."""
+    return WorkerPool("reader", size=settings.readers, memory_mb=settings.memory_mb,
+                      preload=("agent.attachments.examine",))
 
 
 @dataclass
@@ -91,12 +102,13 @@ class AttachmentReader:
                  store: SessionStore, *, settings: ReaderSettings | None = None,
                  transcriber: Transcriber | None = None, vision: bool = True,
                  text_room: Callable[[], int] = lambda: 100_000,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, pool: WorkerPool | None = None) -> None:
         self.adapters = adapters
         self.metrics = metrics or Metrics()
         self.files = files
         self.store = store
         self.settings = settings or ReaderSettings()
+        self.pool = pool or reader_pool(self.settings)
         self.transcriber = transcriber
         self.vision = vision
         self.text_room = text_room  # characters one message may fill in the model's window
@@ -161,6 +173,14 @@ class AttachmentReader:
             return too_big(attachment, exc.limit), "declined"
         except Unreadable as exc:
             return f"I can't read {_name(attachment)}: {exc}.", "declined"
+        except WorkTimeout:
+            return (f"I can't read {_name(attachment)}: it would take too long to open "
+                    f"(over {self.settings.timeout_s:g} s), so I skipped it.", "declined")
+        except WorkFailed as exc:
+            log.warning("chat %s: reading %s %s failed: %s", record.chat_key, attachment.kind,
+                        record.message_id, exc)
+            return (f"I can't read {_name(attachment)}: it needs more than a reader may use "
+                    "to open, so I skipped it.", "declined")
         except DownloadError as exc:
             return (f"I couldn't fetch {_name(attachment)} ({exc}). Please send it again.",
                     "failed")
@@ -175,23 +195,20 @@ class AttachmentReader:
         if adapter is None:
             raise DownloadError(f"{record.platform} is not connected")
         data = await adapter.download(attachment, self.limit(record.platform, attachment.kind))
-        what = "audio" if attachment.kind in ("voice", "audio") else \
-            await asyncio.to_thread(sniff, data, attachment.name, attachment.mime)
-        if what == "image":
-            reading.parts.append(await self._image(record, attachment, data))
-        elif what in ("text", "pdf"):
-            reading.parts.append(await self._document(record, attachment, data, room, reading))
-        elif what == "audio":
+        limit = min(self.settings.max_text_chars, room)
+        # Judging and reading the bytes is the costly part, and its input is anyone's: a
+        # worker process does it, within the budget (gateway/offload.py).
+        found = await self.pool.run(examine, data, attachment.name, attachment.mime,
+                                    attachment.kind, limit, budget_s=self.settings.timeout_s)
+        if isinstance(found, ModelImage):
+            reading.parts.append(await self._image(record, attachment, found))
+        elif isinstance(found, FileText):
+            reading.parts.append(await self._document(record, attachment, data, found, reading))
+        else:
             reading.parts.append(await self._audio(record, attachment, data, reading))
-        elif what == "video":
-            raise Unreadable("it is a video")
-        else:  # the reader names what it is ("a program", "a ZIP archive"...) as it refuses
-            await asyncio.to_thread(read_text, data, attachment.name, attachment.mime, 1_000)
-            raise Unreadable("it is not a text, PDF or picture file")
 
-    async def _image(self, record: InboundRecord, attachment: Attachment, data: bytes
+    async def _image(self, record: InboundRecord, attachment: Attachment, image: ModelImage
                      ) -> dict[str, Any]:
-        image = await asyncio.to_thread(model_image, data)
         suffix = image.mime.partition("/")[2]
         ref = await asyncio.to_thread(self.files.save, record.chat_key, image.data, suffix)
         return attachment_part("image", file=ref, name=attachment.name or f"picture.{suffix}",
@@ -200,9 +217,7 @@ class AttachmentReader:
                                height=image.height)
 
     async def _document(self, record: InboundRecord, attachment: Attachment, data: bytes,
-                        room: int, reading: Reading) -> dict[str, Any]:
-        limit = min(self.settings.max_text_chars, room)
-        text = await asyncio.to_thread(read_text, data, attachment.name, attachment.mime, limit)
+                        text: FileText, reading: Reading) -> dict[str, Any]:
         name = attachment.name or "file"
         suffix = name.rpartition(".")[2] if "." in name else "txt"
         ref = await asyncio.to_thread(self.files.save, record.chat_key, data, suffix)
@@ -219,6 +234,7 @@ class AttachmentReader:
         if self.transcriber is None:
             raise TranscriptionError("no transcription service is set up", transient=False)
         name = attachment.name or "voice.ogg"
+        # A network call with its own timeout (transcription.timeout_s): no CPU of ours.
         transcript = await self.transcriber.transcribe(data, name, attachment.mime)
         suffix = name.rpartition(".")[2] if "." in name else "ogg"
         ref = await asyncio.to_thread(self.files.save, record.chat_key, data, suffix)
@@ -229,6 +245,11 @@ class AttachmentReader:
         return attachment_part("audio", file=ref, name=name,
                                mime=attachment.mime or "audio/ogg", size=len(data),
                                text=transcript)
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+        if self.transcriber is not None:
+            await self.transcriber.aclose()
 
     async def _pictures_note(self, record: InboundRecord, reading: Reading) -> None:
         """A model that cannot see is said once per chat; a picture with nothing else

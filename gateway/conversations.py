@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -211,7 +211,7 @@ class Conversations:
         except TurnFailed as failed:
             return replace(base, failure=failed)
 
-    async def commit(self, prepared: Prepared, render: Callable[[str], list[Chunk]],
+    async def commit(self, prepared: Prepared, render: Callable[[str], Awaitable[list[Chunk]]],
                      previews: Sequence[str] = ()) -> Committed:
         """Persist the prepared turn in one transaction, the reply's chunks (as `render`
         makes them for the platform) recorded as pending deliveries, each replacing the
@@ -223,21 +223,22 @@ class Conversations:
             return Committed(prepared.notices, (), (), failure)
         result = prepared.result
         assert result is not None
-        chunks = out_chunks(render(result.reply if result.reply.strip() else NO_TEXT),
-                             previews)
+        chunks = out_chunks(await render(result.reply if result.reply.strip() else NO_TEXT),
+                            previews)
         await self._persist_turn(prepared, result, chunks)
         return Committed(prepared.notices, pending(prepared.inbound_ids[-1], chunks),
                          tuple(Outgoing(n) for n in result.notices))
 
     async def commit_partial(self, chat_key: str, records: list[InboundRecord], text: str,
-                             render: Callable[[str], list[Chunk]], previews: Sequence[str]
+                             render: Callable[[str], Awaitable[list[Chunk]]],
+                             previews: Sequence[str]
                              ) -> Committed:
         """Store a reply /stop cut short as it stays on screen (`text`, already marked),
         answering `records`; the half-turn agent is forgotten and rebuilt from the store."""
         self.forget(chat_key)
         session = await self.live_session(chat_key)
         ids = tuple(r.id for r in records)
-        chunks = out_chunks(render(text), previews)
+        chunks = out_chunks(await render(text), previews)
         await self.store.record_turn(session.id, TurnRecord(
             after=(new_message({"role": "assistant", "content": text}),), replied=ids,
             delivery=chunks))

@@ -63,6 +63,7 @@ class Running:
     jobs: list[Job]
     stoppable: asyncio.Task | None = None
     stop_reason: str | None = None  # stop | superseded
+    supersedable: bool = True  # False while files are read: a newer message must not restart it
 
     @property
     def is_messages(self) -> bool:
@@ -74,6 +75,8 @@ class Running:
 
     def stop(self, reason: str) -> bool:
         if self.stoppable is None or self.stoppable.done():
+            return False
+        if reason == "superseded" and not self.supersedable:
             return False
         self.stop_reason = reason
         self.stoppable.cancel()

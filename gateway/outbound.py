@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from gateway.budget import SendBudget
 from gateway.metrics import Metrics
+from gateway.rendering import Renderer
 from platforms.base import (
     ChatRef,
     Chunk,
@@ -51,15 +52,15 @@ class Outbound:
     """Sends through the adapters; a platform error is logged and reported, never raised."""
 
     def __init__(self, adapters: Mapping[str, PlatformAdapter], store: SessionStore,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, renderer: Renderer | None = None) -> None:
         self.adapters = adapters
         self.store = store
         self.metrics = metrics or Metrics()
+        self.renderer = renderer or Renderer(adapters)
         self.budgets = {name: SendBudget(a.limits) for name, a in adapters.items()}
 
-    def render(self, chat: ChatRef, text: str) -> list[Chunk]:
-        adapter = self.adapters.get(chat.platform)
-        return adapter.render(text) if adapter else [Chunk(text)]
+    async def render(self, chat: ChatRef, text: str) -> list[Chunk]:
+        return await self.renderer.render(chat, text)
 
     # --- saying things ------------------------------------------------------------------
     async def send(self, chat: ChatRef, text: str, reply_to: str | None = None, *,
@@ -67,7 +68,7 @@ class Outbound:
         """Render and send; False (logged) when the platform did not take all of it.
 
         `private`: meant for the asker alone, where the platform can (see Chunk)."""
-        for chunk in self.render(chat, text):
+        for chunk in await self.render(chat, text):
             if private:
                 chunk = dataclasses.replace(chunk, private=True)
             if await self._send_chunk(chat, chunk, reply_to) is False:
@@ -131,7 +132,7 @@ class Outbound:
         if not previews:
             await self.send(chat, text, reply_to)
             return
-        chunks = self.render(chat, text)
+        chunks = await self.render(chat, text)
         await self._edit_chunk(chat, previews[0], chunks[0])
         for chunk in chunks[1:]:
             await self._send_chunk(chat, chunk, None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from gateway.budget import SendBudget
 from gateway.metrics import Metrics
+from gateway.rendering import Renderer
 from platforms.base import (
     ChatRef,
     Chunk,
@@ -65,9 +66,11 @@ class LiveReply:
 
     def __init__(self, chat: ChatRef, adapter: PlatformAdapter, budget: SendBudget, mode: str,
                  *, interval_s: float, reply_to: str | None, draft_id: int,
-                 metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+                 metrics: Metrics, renderer: Renderer,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.chat = chat
         self.adapter = adapter
+        self.renderer = renderer
         self.budget = budget
         self.mode = mode
         self.interval_s = 0.0 if mode == "append" else interval_s  # a terminal has no limits
@@ -140,7 +143,7 @@ class LiveReply:
             if wait > 0:
                 await asyncio.sleep(wait)
             self._wake.clear()
-            update = self._next_update()
+            update = await self._next_update()
             if update is None:
                 continue
             if not self.budget.try_book(self.chat.key, group=self.chat.group, keep=GROUP_KEEP,
@@ -152,13 +155,13 @@ class LiveReply:
             self._pushing = asyncio.ensure_future(self._push(update))
             await asyncio.shield(self._pushing)  # a close() waits for it instead
 
-    def _next_update(self) -> _Update | None:
+    async def _next_update(self) -> _Update | None:
         text = self._text
         if not text.strip():
             return None
         if self.mode == "append":
             return None if text == self._appended else _Update("append", 0, Chunk(text))
-        chunks = self.adapter.render_partial(text)
+        chunks = await self.renderer.render_partial(self.chat, text)
         if not chunks:
             return None
         if self.mode == "draft":
@@ -223,11 +226,12 @@ class Streaming:
     """Opens a LiveReply for a turn where streaming is on and the platform can show one."""
 
     def __init__(self, settings: StreamSettings, adapters: dict[str, PlatformAdapter],
-                 budgets: dict[str, SendBudget], metrics: Metrics) -> None:
+                 budgets: dict[str, SendBudget], metrics: Metrics, renderer: Renderer) -> None:
         self.settings = settings
         self.adapters = adapters
         self.budgets = budgets
         self.metrics = metrics
+        self.renderer = renderer
 
     def open(self, chat: ChatRef, reply_to: str | None, draft_id: int) -> LiveReply | None:
         adapter = self.adapters.get(chat.platform)
@@ -238,6 +242,6 @@ class Streaming:
             return None
         live = LiveReply(chat, adapter, self.budgets[chat.platform], mode,
                          interval_s=self.settings.interval_s, reply_to=reply_to,
-                         draft_id=draft_id, metrics=self.metrics)
+                         draft_id=draft_id, metrics=self.metrics, renderer=self.renderer)
         live.start()
         return live

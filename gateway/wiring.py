@@ -125,6 +125,12 @@ def attachment_files(config: Config) -> AttachmentFiles:
     return files
 
 
+def reader_settings(config: Config) -> ReaderSettings:
+    a = config.attachments
+    return ReaderSettings(int(a.max_mb * MB), a.max_text_chars, timeout_s=a.read_timeout_s,
+                          readers=a.readers, memory_mb=a.reader_memory_mb)
+
+
 def build_transcriber(config: Config) -> Transcriber | None:
     t = config.transcription
     if not t.model:
@@ -198,6 +204,5 @@ def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
                    metrics=metrics, metrics_at=(m.listen, m.port) if m.port else None,
                    streaming=StreamSettings(config.streaming.enabled,
                                             config.streaming.min_interval_ms / 1000),
-                   attachments=ReaderSettings(int(config.attachments.max_mb * MB),
-                                              config.attachments.max_text_chars),
+                   attachments=reader_settings(config),
                    transcriber=build_transcriber(config))

@@ -122,7 +122,11 @@ class ChatWorker:
         notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
         if notice:
             await self.outbound.send(chat, notice)
-        records, parts = await self._read_attachments(chat, records)
+        try:
+            records, parts = await self._read_attachments(chat, running, records)
+        except Stopped:
+            self.metrics.turns.labels("stop").inc()
+            return await self._not_answered(chat, records, "stop")
         if not records:
             return
         ids = tuple(r.message_id for r in records)
@@ -150,7 +154,7 @@ class ChatWorker:
         previews = live.previews if live else ()
         try:
             committed = await self.conversations.commit(
-                prepared, lambda text: self.outbound.render(chat, text), previews)
+                prepared, functools.partial(self.outbound.render, chat), previews)
         except Exception:
             log.exception("storing the turn failed in %s", chat_key)
             self.metrics.turns.labels("failed").inc()
@@ -171,30 +175,40 @@ class ChatWorker:
                                             *committed.after))
         await self.outbound.delivered(chat, ids)
 
-    async def _read_attachments(self, chat: ChatRef, records: list[InboundRecord]
+    async def _read_attachments(self, chat: ChatRef, running: Running,
+                                records: list[InboundRecord]
                                 ) -> tuple[list[InboundRecord], dict[int, list[dict[str, Any]]]]:
         """Fetch and read what the new messages carry (typing meanwhile). A message left
         with nothing to answer is answered with why, and leaves the batch; the others
-        hear in one message what was declined or noticed about their files."""
+        hear in one message what was declined or noticed about their files.
+
+        Reading is stoppable: /stop (but not a newer message, which would only make the
+        same files be read again) cancels it, and the reading worker is killed. Raises
+        Stopped then, with nothing said or written."""
         todo = [r for r in records if r.status == "pending" and r.extra.get("attachments")]
         if not todo:
             return records, {}
-        kept, parts = list(records), {}
         typing = asyncio.create_task(self.outbound.keep_typing(chat))
+        running.supersedable = False
         try:
-            for record in todo:
-                reading = await self.reader.read(record)
-                said = "\n".join(reading.said)
-                if not reading.parts and not record.text.strip():
-                    kept.remove(record)
-                    await self.store.finish_inbound([record.id], "failed")
-                    await self.outbound.answer(chat, said or GENERIC_FAILURE, record.message_id)
-                    continue
-                parts[record.id] = reading.parts
-                if said:
-                    await self.outbound.send(chat, said, record.message_id)
+            readings = await self._until_stopped(
+                running, asyncio.gather(*(self.reader.read(r) for r in todo)))
         finally:
+            running.supersedable = True
             typing.cancel()
+        if readings is None:
+            raise Stopped
+        kept, parts = list(records), {}
+        for record, reading in zip(todo, readings, strict=True):
+            said = "\n".join(reading.said)
+            if not reading.parts and not record.text.strip():
+                kept.remove(record)
+                await self.store.finish_inbound([record.id], "failed")
+                await self.outbound.answer(chat, said or GENERIC_FAILURE, record.message_id)
+                continue
+            parts[record.id] = reading.parts
+            if said:
+                await self.outbound.send(chat, said, record.message_id)
         return kept, parts
 
     async def _stopped_midway(self, chat: ChatRef, records: list[InboundRecord],
@@ -204,7 +218,8 @@ class ChatWorker:
         text = mark_stopped(live.written)
         try:
             committed = await asyncio.shield(self.conversations.commit_partial(
-                chat.key, records, text, lambda t: self.outbound.render(chat, t), live.previews))
+                chat.key, records, text, functools.partial(self.outbound.render, chat),
+                live.previews))
         except Exception:
             log.exception("storing a stopped reply failed in %s", chat.key)
             return await self._not_answered(chat, records, "stop", live)

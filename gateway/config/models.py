@@ -151,6 +151,12 @@ class AttachmentsConfig(Section):
     max_mb: float = Field(20, gt=0)  # the largest file fetched (Telegram's own limit: 20 MB)
     max_text_chars: int = Field(100_000, ge=1000)  # a document's text given to the model
     retention_days: float = Field(90, ge=0)  # unused files go after this; 0 keeps them
+    # Reading a file (decoding a picture, a PDF's text) runs in worker processes of its own
+    # with this budget per file; a file over it is declined by name (docs/architecture.md,
+    # "Untrusted work").
+    read_timeout_s: float = Field(20.0, gt=0)
+    readers: int = Field(2, ge=1, le=16)  # worker processes reading files at once
+    reader_memory_mb: int = Field(768, ge=128)  # address space each reader process may use
 
 
 class MetricsConfig(Section):

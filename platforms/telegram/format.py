@@ -3,6 +3,14 @@
 Formatting travels as Bot API MessageEntity offsets over plain text, never as
 MarkdownV2, so nothing is escaped by hand and a message may be cut anywhere: an entity
 that crosses a cut is simply split into a part on each side.
+
+What the model writes reaches the chat as written unless it is Markdown syntax: text
+that only looks like HTML (`List<String>`, `a<b and c>d`) and pipes that are not a
+spoiler (`a || b`) are escaped before the conversion, and the conversion is checked
+afterwards: if the converted text lost a character the reply had, the reply goes out as
+plain text instead. The converter is a third-party routine that is not linear on every
+input, so the gateway runs `render` in a worker process with a time limit and falls back
+to `render_plain` (docs/architecture.md, "Untrusted work").
 """
 
 from __future__ import annotations
@@ -11,12 +19,15 @@ import logging
 import re
 import unicodedata
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from itertools import accumulate
 from typing import Any
 
+import pyromark
 import telegramify_markdown
 from telegramify_markdown import MessageEntity, RenderConfig
+from telegramify_markdown.converter import STANDARD_OPTIONS
 
 from platforms.base import Chunk
 
@@ -47,9 +58,18 @@ def render(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[Chunk]:
     such as blank lines or padding in a code block or table. If the converter fails
     on the input, the Markdown itself is sent as plain text.
     """
+    return _chunks(*_convert(markdown), limit)
+
+
+def render_plain(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[Chunk]:
+    """The reply's own characters, unformatted, cut like `render` cuts (the fallback when
+    formatting is not safe or takes too long)."""
+    return _chunks(markdown, [], limit)
+
+
+def _chunks(text: str, entities: list[MessageEntity], limit: int) -> list[Chunk]:
     if limit < 2:
         raise ValueError("limit must hold at least one character (2 UTF-16 units)")
-    text, entities = _convert(markdown)
     # units[i] is where text[i] starts in UTF-16; astral characters take two units.
     units = [0, *accumulate(2 if ord(ch) > 0xFFFF else 1 for ch in text)]
     return [
@@ -67,12 +87,137 @@ def plain(chunk: Chunk) -> Chunk:
 def _convert(markdown: str) -> tuple[str, list[MessageEntity]]:
     try:
         # An isolated config: the library's default one is a process-wide mutable
-        # object that any other code could change under us.
-        return telegramify_markdown.convert(markdown, config=RenderConfig.isolated())
+        # object that any other code could change under us. No LaTeX conversion: it
+        # rewrites what the model wrote (and its patterns are not linear).
+        text, entities = telegramify_markdown.convert(
+            protect(markdown), latex_escape=False, config=RenderConfig.isolated())
     except Exception:
         # A reply the converter cannot read still reaches the user, unformatted.
         logger.debug("Markdown conversion failed; sending plain text", exc_info=True)
         return markdown, []
+    if not kept_all(markdown, text, entities):  # also: an empty rendering of real text
+        logger.info("formatting would have lost part of a reply; sending it as plain text")
+        return markdown, []
+    return text, entities
+
+
+# --- keeping what the model wrote --------------------------------------------------------
+_ENTITY_REF = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_SAFE_MARKS = frozenset("?,'\"/@%^{};")  # punctuation Markdown gives no meaning
+
+
+def _significant(text: str) -> Iterator[str]:
+    """The characters a rendering must keep: letters, digits, anything beyond ASCII that is
+    not a space, and punctuation Markdown never consumes."""
+    for ch in text:
+        if ch.isalnum() or ch in _SAFE_MARKS or (ord(ch) > 127 and not ch.isspace()):
+            yield ch
+
+
+def kept_all(markdown: str, text: str, entities: Iterable[MessageEntity]) -> bool:
+    """Whether the converted `text` (with the links and languages its entities carry) still
+    holds every significant character of `markdown`, as many times. HTML entity
+    references (`&amp;`) count as syntax: Markdown reads them as the character they name."""
+    have = Counter(_significant(text))
+    for entity in entities:
+        for value in (entity.url, entity.language, entity.custom_emoji_id):
+            if value:
+                have.update(_significant(value))
+    want = Counter(_significant(_ENTITY_REF.sub("", markdown)))
+    return not want - have
+
+
+def protect(markdown: str) -> str:
+    """The Markdown with text that only looks like markup escaped, outside code.
+
+    `<` is escaped (`\\<`), so `List<String>` or a line of HTML stays text instead of
+    being read as an HTML tag and dropped. `||` pairs are escaped unless they enclose a
+    spoiler on one line (`||hidden||`, no space just inside either pair), which becomes
+    the converter's spoiler tags here, so its own spoiler pattern never runs.
+    Linear: one parse for the code regions, then one pass over each region between them.
+    """
+    if "<" not in markdown and "||" not in markdown:
+        return markdown
+    data = markdown.encode("utf-8")
+    out: list[str] = []
+    cursor = 0
+    for start, end in _code_regions(markdown):
+        out.append(_protect_text(data[cursor:start].decode("utf-8")))
+        out.append(data[start:end].decode("utf-8"))
+        cursor = end
+    out.append(_protect_text(data[cursor:].decode("utf-8")))
+    return "".join(out)
+
+
+def _code_regions(markdown: str) -> list[tuple[int, int]]:
+    """UTF-8 byte ranges the parser reads as code (spans and blocks), in order."""
+    regions: list[tuple[int, int]] = []
+    for payload, where in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
+        if not isinstance(payload, dict):
+            continue
+        start = payload.get("Start")
+        if "Code" in payload or (isinstance(start, dict) and "CodeBlock" in start):
+            if not regions or where["start"] >= regions[-1][1]:
+                regions.append((where["start"], where["end"]))
+    return regions
+
+
+def _protect_text(text: str) -> str:
+    return "\n".join(_protect_line(line) for line in text.split("\n"))
+
+
+def _protect_line(line: str) -> str:
+    if "<" not in line and "||" not in line:
+        return line
+    spoilers = _spoiler_pairs(line)
+    pieces: list[str] = []
+    at = 0
+    while at < len(line):
+        ch = line[at]
+        if at in spoilers:
+            pieces.append(spoilers[at])
+            at += 2
+            continue
+        if ch == "<" or (ch == "|" and line.startswith("||", at)):
+            if not _escaped(line, at):
+                pieces.append("\\")
+            if ch == "|":  # both pipes of the pair, each escaped
+                pieces.append("|\\|")
+                at += 2
+                continue
+        pieces.append(ch)
+        at += 1
+    return "".join(pieces)
+
+
+def _spoiler_pairs(line: str) -> dict[int, str]:
+    """Where a spoiler opens and closes in the line: {index of "||": the tag}."""
+    marks: list[int] = []
+    at = line.find("||")
+    while at >= 0:
+        marks.append(at)
+        at = line.find("||", at + 2)
+    found: dict[int, str] = {}
+    opener: int | None = None
+    for at in marks:
+        if _escaped(line, at):
+            continue
+        before = line[at - 1] if at else " "
+        after = line[at + 2] if at + 2 < len(line) else " "
+        if opener is not None and not before.isspace() and at > opener + 2:
+            found[opener], found[at] = "<tg-spoiler>", "</tg-spoiler>"
+            opener = None
+        elif not after.isspace() and after != "|":
+            opener = at
+    return found
+
+
+def _escaped(line: str, at: int) -> bool:
+    """Whether line[at] follows an odd number of backslashes (already escaped)."""
+    slashes = 0
+    while at - slashes > 0 and line[at - slashes - 1] == "\\":
+        slashes += 1
+    return slashes % 2 == 1
 
 
 def _spans(text: str, units: list[int], limit: int) -> Iterator[tuple[int, int]]:
