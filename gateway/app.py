@@ -13,7 +13,7 @@ from gateway.auth import Authorizer
 from gateway.cluster import Cluster
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.conversations import Conversations
-from gateway.jobs import CommandJob, Job, MessageJob, message_of, recovery_jobs
+from gateway.jobs import CommandJob, HoldJob, Job, MessageJob, message_of, recovery_jobs
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
@@ -347,13 +347,36 @@ class Gateway:
 
         Stored replies the platform never took are sent (their missing chunks); messages
         are answered again; commands run again as commands, never as text for the model.
+        A message whose turn was cut short may be what killed the process: its chat waits
+        until everything else recovered here is done, and such chats then run one at a
+        time, so a poison message cannot take other chats down with it again
+        (docs/architecture.md, "Poison messages").
         """
-        for chat_key, job in recovery_jobs(rows):
+        work = list(recovery_jobs(rows))
+        held: dict[str, asyncio.Event] = {}  # chats with a turn cut short, in order
+        for chat_key, job in work:
+            if isinstance(job, MessageJob) and chat_key not in held:
+                held[chat_key] = asyncio.Event()
+                self.router.submit(chat_key, HoldJob(held[chat_key]))  # all of it waits
+        for chat_key, job in work:
             if isinstance(job, tuple):  # a pending inbound message: route it like new
                 msg, record = job
                 await self._route(msg, record, parse_command(record.text))
             else:
                 self.router.submit(chat_key, job)
+        if held:
+            others = {key for key, _ in work} - held.keys()
+            task = asyncio.create_task(self._release_one_by_one(held, others),
+                                       name="rerun-cut-short")
+            self._connecting.append(task)  # cancelled by stop()
+
+    async def _release_one_by_one(self, held: dict[str, asyncio.Event], others: set[str]
+                                  ) -> None:
+        for chat_key in others:
+            await self.router.wait_idle(chat_key)
+        for chat_key, release in held.items():
+            release.set()
+            await self.router.wait_idle(chat_key)
 
 
 def _extra(msg: InboundMessage) -> dict[str, object]:

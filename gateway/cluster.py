@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.jobs import Job, ResendJob, recovery_jobs
+from gateway.jobs import HoldJob, Job, ResendJob, recovery_jobs
 from storage.coordination import Coordination
 from storage.errors import StoreError
 from storage.models import InboundRecord
@@ -39,6 +39,8 @@ def holder_name() -> str:
 def job_ids(job: Job) -> list[int]:
     if isinstance(job, ResendJob):
         return [record.id for record in job.records]
+    if isinstance(job, HoldJob):
+        return []
     return [job.record.id]
 
 

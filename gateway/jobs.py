@@ -49,7 +49,16 @@ class ResendJob:
     arrived: float = field(default_factory=time.monotonic)
 
 
-Job = MessageJob | CommandJob | ResendJob
+@dataclass
+class HoldJob:
+    """Holds a chat's queue until released: after a restart, a chat whose turn was cut
+    short waits until other chats were served (gateway/app.py, `_recover`)."""
+
+    release: asyncio.Event
+    arrived: float = field(default_factory=time.monotonic)
+
+
+Job = MessageJob | CommandJob | ResendJob | HoldJob
 
 
 @dataclass
@@ -71,7 +80,8 @@ class Running:
 
     def senders(self) -> set[str | None]:
         """Who asked for this batch (a /stop from them is honoured in groups)."""
-        return {job.record.sender_id for job in self.jobs if not isinstance(job, ResendJob)}
+        return {job.record.sender_id for job in self.jobs
+                if isinstance(job, MessageJob | CommandJob)}
 
     def stop(self, reason: str) -> bool:
         if self.stoppable is None or self.stoppable.done():

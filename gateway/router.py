@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from gateway.jobs import Job, MessageJob, Running
+from gateway.jobs import HoldJob, Job, MessageJob, Running
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ class ChatRouter:
         self._coalesce = coalesce_ms / 1000.0
         self._chats: dict[str, _ChatQueue] = {}
         self._accepting = True
+        self._idle: dict[str, asyncio.Event] = {}  # chat -> set when its work is all done
 
     def submit(self, chat_key: str, job: Job) -> bool:
         if not self._accepting:
@@ -60,6 +61,11 @@ class ChatRouter:
     def busy(self, chat_key: str) -> bool:
         """Whether the chat has work queued or running here."""
         return chat_key in self._chats
+
+    async def wait_idle(self, chat_key: str) -> None:
+        """Return once the chat has no work queued or running here."""
+        if chat_key in self._chats:
+            await self._idle.setdefault(chat_key, asyncio.Event()).wait()
 
     def running(self, chat_key: str) -> Running | None:
         chat = self._chats.get(chat_key)
@@ -83,6 +89,9 @@ class ChatRouter:
     async def drain(self, grace_s: float) -> None:
         """Stop taking jobs and let queued and running work finish, within `grace_s`."""
         self._accepting = False
+        for chat in self._chats.values():
+            if chat.worker and chat.running and isinstance(chat.running.jobs[0], HoldJob):
+                chat.worker.cancel()  # held back after a crash: it stays stored for next time
         workers = [c.worker for c in self._chats.values() if c.worker and not c.worker.done()]
         if not workers:
             return
@@ -113,6 +122,9 @@ class ChatRouter:
         finally:
             if not chat.jobs and self._chats.get(chat_key) is chat:
                 del self._chats[chat_key]
+                idle = self._idle.pop(chat_key, None)
+                if idle is not None:
+                    idle.set()
 
     async def _next_batch(self, chat: _ChatQueue) -> list[Job]:
         first = chat.jobs.popleft()

@@ -18,7 +18,15 @@ from gateway.attachments import AttachmentReader
 from gateway.auth import Authorizer
 from gateway.commands import CommandCall, CommandTable, Refusal
 from gateway.conversations import Conversations
-from gateway.jobs import CommandJob, MessageJob, ResendJob, Running, Stopped
+from gateway.jobs import (
+    CommandJob,
+    HoldJob,
+    MessageJob,
+    ResendJob,
+    Running,
+    Stopped,
+    chat_of,
+)
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Resets
@@ -35,6 +43,9 @@ GENERIC_FAILURE = "Sorry, something went wrong on my side. Please try again."
 STOPPED = "Stopped. Your message is kept; send another when ready."
 CUT_OFF = ("My reply to this was cut off by a restart and could not be recovered. "
            "Please send it again.")
+SKIPPED = ("I could not handle that message: trying to answer it stopped me twice, so I "
+           "skipped it.")
+MAX_ATTEMPTS = 2  # turns started on one message before it is skipped as poison
 
 
 class ChatWorker:
@@ -55,7 +66,9 @@ class ChatWorker:
 
     async def process(self, chat_key: str, running: Running) -> None:
         job = running.jobs[0]
-        if isinstance(job, CommandJob):
+        if isinstance(job, HoldJob):
+            await job.release.wait()
+        elif isinstance(job, CommandJob):
             await self._command(running, job)
         elif isinstance(job, ResendJob):
             await self._resend(job)
@@ -118,7 +131,9 @@ class ChatWorker:
 
     async def _answer(self, chat_key: str, running: Running) -> None:
         jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
-        chat, records = jobs[0].chat, [job.record for job in jobs]
+        chat, records = jobs[0].chat, await self._retried([job.record for job in jobs])
+        if not records:
+            return
         notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
         if notice:
             await self.outbound.send(chat, notice)
@@ -174,6 +189,26 @@ class ChatWorker:
         await self.outbound.send_all(chat, (*(committed.before if shown else ()),
                                             *committed.after))
         await self.outbound.delivered(chat, ids)
+
+    async def _retried(self, records: list[InboundRecord]) -> list[InboundRecord]:
+        """Messages to answer, leaving out poison. A taken message comes back only when a
+        turn on it was cut short (a crash, a kill, the watchdog): one more attempt is
+        counted before it runs, and a message that already had MAX_ATTEMPTS is finished
+        with a short answer instead (docs/architecture.md, "Poison messages")."""
+        again = [r for r in records if r.status == "taken"]
+        if not again:
+            return records
+        poison = [r for r in again if r.attempts >= MAX_ATTEMPTS]
+        for record in poison:
+            log.warning("chat %s: message %s was tried %d times and stopped the gateway each "
+                        "time; skipping it", record.chat_key, record.message_id,
+                        record.attempts)
+            await self.store.finish_inbound([record.id], "failed")
+            await self.outbound.answer(chat_of(record), SKIPPED, record.message_id)
+        retry = [r.id for r in again if r.attempts < MAX_ATTEMPTS]
+        if retry:
+            await self.store.retry_inbound(retry)
+        return [r for r in records if r not in poison]
 
     async def _read_attachments(self, chat: ChatRef, running: Running,
                                 records: list[InboundRecord]

@@ -132,6 +132,10 @@ class SessionStore(ABC):
         message rows in live sessions too), or `failed`. A finished row never changes again."""
 
     @abstractmethod
+    async def retry_inbound(self, inbound_ids: list[int]) -> None:
+        """Count one more attempt at open rows (a restart found their turn cut short)."""
+
+    @abstractmethod
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
         """The ledger rows as they are now (an edit may have changed a pending text)."""
 

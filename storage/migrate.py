@@ -39,7 +39,7 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("usage", "id, session_id, model, purpose, input, output, cache_read, cache_write,"
               " reasoning, at"),
     ("inbound", "id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,"
-                " received_at, status, message_row_id, extra, reply_row_id"),
+                " received_at, status, message_row_id, extra, reply_row_id, attempts"),
     ("chats", "chat_key, session_id, updated_at"),
     ("deliveries", "inbound_id, chunk, reply_row_id, text, entities, status,"
                    " platform_message_id, sent_at"),

@@ -97,6 +97,10 @@ class InboundRecord:
     # The stored reply while it is not yet delivered (status stays `taken` until the
     # platform accepted it); recovery sends it instead of asking the model again.
     reply_row_id: int | None = None
+    # Turns started on this message: one when taken, one more for each restart that found
+    # it taken (its turn was cut short). A message that keeps killing the process is
+    # skipped after its second attempt (docs/architecture.md, "Poison messages").
+    attempts: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,7 +48,7 @@ SESSION_COLUMNS_OF = """{s}.id, {s}.chat_key, {s}.parent_session_id, {s}.kind, {
     (SELECT COALESCE(SUM(u.output), 0) FROM usage AS u WHERE u.session_id = {s}.id)"""
 SESSION_COLUMNS = SESSION_COLUMNS_OF.format(s="s")
 INBOUND_COLUMNS = """id, platform, chat_id, message_id, chat_key, text, sender_id, sender_name,
-    received_at, status, message_row_id, extra, reply_row_id"""
+    received_at, status, message_row_id, extra, reply_row_id, attempts"""
 # Everything of a messages row but its id, session and position.
 MESSAGE_FIELDS = """role, content, content_format, tool_calls, tool_call_id, tool_name, extra, tokens,
     created_at, platform_message_id, answered, sender_id, sender_name"""

@@ -92,6 +92,8 @@ INBOUND_BY_IDS = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = ANY($1::big
 OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
                 " AND ($1::text IS NULL OR chat_key = $1) ORDER BY received_at, id")
 FINISH_INBOUND = f"UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[]) AND {_OPEN}"
+RETRY_INBOUND = ("UPDATE inbound SET attempts = attempts + 1 WHERE id = ANY($1::bigint[])"
+                 f" AND {_OPEN}")
 DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
                  " FROM deliveries WHERE inbound_id = $1 ORDER BY chunk")
 MARK_DELIVERED = ("UPDATE deliveries SET status = $1, platform_message_id = $2, sent_at = $3"
@@ -246,8 +248,8 @@ async def take_inbound(con: Con, inbound_ids: Sequence[int],
                             " WHERE id = ANY($1::bigint[]) FOR UPDATE", list(inbound_ids))
     links = inbound_links(inbound_ids, found, stored)
     if links:
-        await con.executemany("UPDATE inbound SET status = 'taken', message_row_id = $1"
-                              " WHERE id = $2", links)
+        await con.executemany("UPDATE inbound SET status = 'taken', message_row_id = $1,"
+                              " attempts = attempts + 1 WHERE id = $2", links)
 
 
 async def insert_usage(con: Con, session_id: str, usage: Sequence[UsageRecord],

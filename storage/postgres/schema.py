@@ -158,7 +158,10 @@ _V2_LEASES = (
     "CREATE INDEX leases_by_holder ON leases(holder)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES)
+# Turns started on each inbound message (storage/sqlite/schema.py, schema 9).
+_V3_ATTEMPTS = ("ALTER TABLE inbound ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -328,6 +328,9 @@ class PostgresSessionStore(SessionStore):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
         await self._execute(q.FINISH_INBOUND, status, list(inbound_ids))
 
+    async def retry_inbound(self, inbound_ids: list[int]) -> None:
+        await self._execute(q.RETRY_INBOUND, list(inbound_ids))
+
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
         found = await self.fetch(q.INBOUND_BY_IDS, list(inbound_ids))
         return [rows.inbound_record(row) for row in found]

@@ -190,6 +190,7 @@ _OPEN = "status IN ('pending', 'taken')"
 
 
 FINISH_INBOUND = f"UPDATE inbound SET status = ? WHERE id {IN_IDS} AND {_OPEN}"
+RETRY_INBOUND = f"UPDATE inbound SET attempts = attempts + 1 WHERE id {IN_IDS} AND {_OPEN}"
 
 
 def mark_inbound(db: sqlite3.Connection, answered: Sequence[int],
@@ -219,8 +220,8 @@ def take_inbound(db: sqlite3.Connection, inbound_ids: Sequence[int],
         (json.dumps(list(inbound_ids)),)).fetchall()
     links = inbound_links(inbound_ids, found, stored)
     if links:
-        db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?"
-                             " WHERE id = ?", links)
+        db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?,"
+                       " attempts = attempts + 1 WHERE id = ?", links)
 
 
 def insert_usage(db: sqlite3.Connection, session_id: str,

@@ -211,9 +211,14 @@ _V8_TURN_INDEXES = (
         END""",
 )
 
+# Schema 9: how many turns started on each inbound message, so one that kills the process
+# every time is skipped instead of retried forever.
+_V9_ATTEMPTS = ("ALTER TABLE inbound ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
                                            _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY,
-                                           _V7_ATTACHMENT_SEARCH, _V8_TURN_INDEXES)
+                                           _V7_ATTACHMENT_SEARCH, _V8_TURN_INDEXES,
+                                           _V9_ATTEMPTS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -8,6 +8,8 @@ compaction that runs makes a continuation with one message fewer.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,20 @@ class RemembersEnds(DropOldest):
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         RemembersEnds.ended.append((session_id, len(messages)))
+
+
+class KillsOnMarker(DropOldest):
+    """Poison on purpose: SIGKILLs its own process when the newest message holds MARKER,
+    the way a plugin or library crashing hard on one input would. Every other turn runs."""
+
+    MARKER = "POISON-PILL"
+
+    @property
+    def name(self) -> str:
+        return "kills-on-marker"
+
+    def should_compress_preflight(self, messages: list[dict[str, Any]], *args: Any,
+                                  **kwargs: Any) -> bool:
+        if messages and self.MARKER in str(messages[-1].get("content")):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return False
