@@ -14,6 +14,8 @@ from gateway.cluster import Cluster
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.conversations import Conversations
 from gateway.jobs import CommandJob, HoldJob, Job, MessageJob, message_of, recovery_jobs
+from gateway.loopwatch import SETTING as LOOP_SETTING
+from gateway.loopwatch import LoopWatch, Minute
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
@@ -77,6 +79,17 @@ class Gateway:
             store.coordination, open_rows=store.open_inbound, submit=self.router.submit,
             busy=self.router.busy, adopt=self._adopt, ttl=lease_seconds)
         self.metrics.watch_router(self.router.activity)
+        self.loop = LoopWatch(observe=self.metrics.loop_lag.observe, report=self.record_lag)
+        self.worker.loop = self.loop
+        self.metrics.watch_counters(
+            "threadline_platform_events", "Platform events worth counting (an update the "
+            "library could not read, ...)", ("platform", "event"),
+            lambda: [(a.name, a.counters) for a in self.adapters.values()])
+        self.metrics.watch_counters(
+            "threadline_untrusted_work", "Jobs on what strangers sent (reading files, "
+            "formatting replies) by how they ended", ("pool", "outcome"),
+            lambda: [(p.name, p.outcomes) for p in (self.reader.pool,
+                                                     self.outbound.renderer.pool)])
         self._state = "new"  # new | initialized | running | stopped | closed
         self._started: list[PlatformAdapter] = []
         self._connecting: list[asyncio.Task[None]] = []
@@ -115,6 +128,7 @@ class Gateway:
         self.conversations.log_startup()
         self._state = "running"
         self.resets.start()
+        self.loop.start()
         if self._metrics_at is not None:
             try:
                 self.metrics.serve(*self._metrics_at)
@@ -175,6 +189,7 @@ class Gateway:
             return
         self._state = "stopped"
         self.resets.stop()
+        await self.loop.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         for task in self._connecting:
@@ -220,6 +235,11 @@ class Gateway:
         await self.conversations.aclose()
         await self.reader.aclose()
         await self.outbound.renderer.aclose()
+
+    async def record_lag(self, minute: Minute) -> None:
+        """The last minute's largest stall, for metrics and `threadline doctor`."""
+        self.metrics.loop_lag_max.set(minute.largest_s)
+        await self.store.put_setting(LOOP_SETTING, minute.as_json())
 
     async def wait_closed(self) -> None:
         """Return when every adapter has ended by itself (the console at end of input)."""

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 from gateway.auth import Authorizer
 from gateway.conversations import Conversations
 from gateway.jobs import Running, Stopped
+from gateway.loopwatch import LoopWatch
 from gateway.pricing import cost_line, estimate
 from platforms.base import InboundMessage
 from storage.base import SessionStore
@@ -63,6 +64,7 @@ class CommandCall:
     running: Running | None  # the chat's running batch, if any (for /stop)
     # Runs model work that /stop may cancel (raising Stopped) in a serial command.
     stoppable: Callable[[Awaitable[Any]], Awaitable[Any]]
+    loop: LoopWatch | None = None  # the event loop's pulse (/status shows admins)
 
 
 Handler = Callable[[CommandCall], Awaitable[str]]
@@ -161,6 +163,8 @@ async def _status(call: CommandCall) -> str:
         f"({status.usage_percent:.0f}%)",
         f"Compactions: {status.compression_count}",
         f"Session: {session.id}",
+        *([f"Event loop: largest stall {call.loop.worst_recent() * 1000:,.0f} ms in the last "
+           "minute"] if call.loop is not None and call.auth.is_admin(call.msg) else []),
     ])
 
 

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import sqlite3
 import tempfile
+import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,9 @@ async def run(config_path: str | None) -> int:
         "built-in defaults (no config file found)"
     results = [Result("config", True, source),
                await asyncio.to_thread(check_database, config)]
+    pulse = await asyncio.to_thread(check_loop, config)
+    if pulse is not None:
+        results.append(pulse)
     try:
         require_platforms(config)  # `run` refuses to start without one
     except ConfigError as exc:
@@ -165,6 +169,40 @@ def _read_only_check(db: Path, *, wal: bool) -> tuple[int, str]:
     finally:
         conn.close()
     return version, "; ".join(str(row[0]) for row in rows[:3])
+
+
+LOOP_STALE_S = 300.0  # a figure older than this is from a service that is not running
+LOOP_BAD_S = 10.0  # a stall this long: a few more and systemd's watchdog kills the service
+
+
+def check_loop(config: Config) -> Result | None:
+    """The running service's pulse: the largest event loop stall of its last minute, which
+    it keeps in the database (gateway/loopwatch.py). None when there is nothing to say."""
+    from gateway.loopwatch import SETTING, Minute
+
+    db = config.db_path
+    if config.storage.url or not db.exists():
+        return None
+    try:
+        uri = f"{db.absolute().as_uri()}?mode=ro"
+        if not Path(f"{db}-wal").exists():
+            uri += "&immutable=1"  # nobody has it open: read without creating -wal/-shm
+        conn = sqlite3.connect(uri, uri=True, timeout=2)
+        try:
+            row = conn.execute("SELECT value FROM settings WHERE key = ?", (SETTING,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None  # an old schema, or a file the database check already judged
+    minute = Minute.from_json(row[0]) if row else None
+    if minute is None or time.time() - minute.ended_at > LOOP_STALE_S:
+        return Result("event loop", True, "no recent figure (the service is not running)")
+    detail = (f"largest stall {minute.largest_s * 1000:,.0f} ms in the minute to "
+              f"{time.strftime('%H:%M', time.localtime(minute.ended_at))}")
+    if minute.largest_s >= LOOP_BAD_S:
+        return Result("event loop", False, f"{detail}: something blocks the service; see its "
+                                           "log for 'event loop: stalled'")
+    return Result("event loop", True, detail)
 
 
 def _judge(db: Path, version: int, verdict: str) -> Result:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
 
 from agent.errors import ProviderError
 from agent.providers.base import Completion, Provider
@@ -62,6 +63,12 @@ class Metrics:
             ["kind", "outcome"], registry=r)
         self.queue_depth = Gauge("threadline_chats_busy", "Chats with queued or running work",
                                  registry=r)
+        self.loop_lag = Histogram(
+            "threadline_event_loop_lag_seconds", "How late the event loop woke, per sample",
+            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
+        self.loop_lag_max = Gauge(
+            "threadline_event_loop_lag_max_seconds",
+            "The largest event loop stall in the last complete minute", registry=r)
         self.running = Gauge("threadline_turns_running", "Batches running now", registry=r)
         self._prompt = self._read = 0
         self._server: Any = None
@@ -77,6 +84,12 @@ class Metrics:
         self._read += usage.cache_read_tokens
         if self._prompt:
             self.cache_hit.set(self._read / self._prompt)
+
+    def watch_counters(self, name: str, doc: str, labels: tuple[str, str],
+                       sources: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
+        """A counter family read at scrape time from objects that count for themselves
+        (adapters, worker pools): `sources()` gives (first label value, {second: count})."""
+        self.registry.register(_Counted(name, doc, labels, sources))
 
     def watch_router(self, activity: Callable[[], tuple[int, int]]) -> None:
         """Queue depth and running turns, read at scrape time."""
@@ -99,6 +112,24 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _Counted:
+    """A scrape-time collector for counts kept elsewhere (no prometheus types there)."""
+
+    def __init__(self, name: str, doc: str, labels: tuple[str, str],
+                 sources: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
+        self._name, self._doc, self._labels, self._sources = name, doc, labels, sources
+
+    def describe(self) -> list[Any]:
+        return []  # nothing to check at registration: the series come and go with the counts
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = CounterMetricFamily(self._name, self._doc, labels=list(self._labels))
+        for owner, counts in self._sources():
+            for what, count in sorted(counts.items()):
+                family.add_metric([owner, what], count)
+        yield family
 
 
 class MeteredProvider(Provider):

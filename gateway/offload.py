@@ -12,6 +12,7 @@ that worker, which is replaced. See docs/architecture.md, "Untrusted work".
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -103,6 +104,9 @@ class WorkerPool:
         self._busy: set[Worker] = set()
         self._closed = False
         self.killed = 0  # workers killed for a budget, a cancel or a crash (for tests/metrics)
+        # Jobs by how they ended: done, raised (the job's own error), over_budget, cancelled,
+        # worker_died; read by the gateway's metrics at scrape time.
+        self.outcomes: collections.Counter[str] = collections.Counter()
 
     def _slots(self) -> asyncio.Queue[Worker | None]:
         if self._idle is None:  # made on first use, on the loop that uses it
@@ -132,10 +136,18 @@ class WorkerPool:
             try:
                 ok, value = await asyncio.wait_for(asyncio.shield(call), budget_s)
             except TimeoutError:
+                self.outcomes["over_budget"] += 1
                 raise WorkTimeout(f"over its {budget_s:g} s budget") from None
+            except asyncio.CancelledError:
+                self.outcomes["cancelled"] += 1
+                raise
             except (EOFError, OSError, pickle.PickleError) as exc:
+                self.outcomes["worker_died"] += 1
+                if not self._closed:  # closing kills workers on purpose: no status to tell
+                    await loop.run_in_executor(self._threads, worker.reap)  # its exit status
                 raise WorkFailed(f"the worker stopped ({_exit_of(worker)})") from exc
             keep = worker
+            self.outcomes["done" if ok else "raised"] += 1
             if ok:
                 return value
             raise value

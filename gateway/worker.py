@@ -27,6 +27,7 @@ from gateway.jobs import (
     Stopped,
     chat_of,
 )
+from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Resets
@@ -63,6 +64,7 @@ class ChatWorker:
         self.outbound = outbound
         self.commands = commands
         self.auth = auth
+        self.loop: LoopWatch | None = None  # the gateway's pulse, for /status
 
     async def process(self, chat_key: str, running: Running) -> None:
         job = running.jobs[0]
@@ -93,7 +95,8 @@ class ChatWorker:
             reply = Refusal(f"/{command.name} is admin-only here.")
         else:
             call = CommandCall(msg, args, self.conversations, self.store, self.auth,
-                               self.commands, chat, functools.partial(self._stoppable, own))
+                               self.commands, chat, functools.partial(self._stoppable, own),
+                               self.loop)
             try:
                 reply = await command.run(call)
             except Exception:

@@ -281,3 +281,24 @@ async def test_no_enabled_platform_is_a_problem_for_run(setup):
     assert found["platforms"].startswith("FAIL  platforms   ")
     assert "no platform is enabled" in found["platforms"]
     assert "telegram" not in found and "discord" not in found
+
+
+async def _with_pulse(path: Path, largest_s: float, age_s: float) -> None:
+    from gateway.loopwatch import SETTING, Minute
+
+    store = SqliteSessionStore(path)
+    await store.initialize()
+    await store.put_setting(SETTING, Minute(largest_s, time.time() - age_s).as_json())
+    await store.shutdown()
+
+
+@pytest.mark.parametrize(("largest_s", "age_s", "code", "says"), [
+    (0.012, 30, 0, "ok    event loop  largest stall 12 ms in the minute to"),
+    (14.0, 30, 1, "FAIL  event loop  largest stall 14,000 ms"),
+    (14.0, 3600, 0, "ok    event loop  no recent figure (the service is not running)"),
+])
+async def test_the_running_services_pulse_is_reported(setup, largest_s, age_s, code, says):
+    await _with_pulse(setup.db, largest_s, age_s)
+    ran = await doctor(setup)
+    assert ran.code == code, ran.out
+    assert lines(ran)["event loop"].startswith(says)
