@@ -19,18 +19,19 @@ from tests.harness.platform import RecordingPlatform
 async def test_a_stall_is_measured_and_reported_once_its_minute_ends(caplog):
     reported: list[Minute] = []
     seen: list[float] = []
+    done = asyncio.Event()
 
     async def report(minute: Minute) -> None:
         reported.append(minute)
+        done.set()
 
     watch = LoopWatch(observe=seen.append, report=report, tick_s=0.02, window_s=0.6)
     watch.start()
     try:
         await asyncio.sleep(0.1)
         with caplog.at_level(logging.INFO, logger="gateway.loopwatch"):
-            time.sleep(0.4)  # on the loop: the stall being measured
-            while not reported:
-                await asyncio.sleep(0.05)
+            time.sleep(0.4)  # noqa: ASYNC251 - on the loop: the stall being measured
+            await asyncio.wait_for(done.wait(), 30)
     finally:
         await watch.stop()
     assert 0.35 <= reported[0].largest_s < 5
@@ -41,16 +42,17 @@ async def test_a_stall_is_measured_and_reported_once_its_minute_ends(caplog):
 
 async def test_a_quiet_loop_reports_small_stalls_and_logs_nothing(caplog):
     reported: list[Minute] = []
+    done = asyncio.Event()
 
     async def report(minute: Minute) -> None:
         reported.append(minute)
+        done.set()
 
     watch = LoopWatch(report=report, tick_s=0.02, window_s=0.3)
     watch.start()
     try:
         with caplog.at_level(logging.INFO, logger="gateway.loopwatch"):
-            while not reported:
-                await asyncio.sleep(0.05)
+            await asyncio.wait_for(done.wait(), 30)
     finally:
         await watch.stop()
     assert reported[0].largest_s < 0.25
