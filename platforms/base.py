@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -170,6 +171,9 @@ class PlatformAdapter(ABC):
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
+        # Events worth counting in metrics (e.g. "unparseable_updates"), read by the gateway
+        # at scrape time.
+        self.counters: collections.Counter[str] = collections.Counter()
 
     async def initialize(self) -> None:  # noqa: B027 - optional
         """Connect and authenticate; nothing is received yet."""
