@@ -6,7 +6,10 @@ Text and entities are checked the way Telegram counts them (UTF-16 code units); 
 `telegram_checks.py`. Updates are built with `fake.updates` (`telegram_updates.py`).
 
 The base `fail_next`/`delay_next` skip getUpdates: a running poller would otherwise take
-them at random. Fail polling with `fail_method_next("getUpdates", 502)`.
+them at random. Fail polling with `fail_method_next("getUpdates", 502)`, or for a while
+with `fail_method_for("getUpdates", 502, seconds=3)`; `poll_offsets()` says which offset
+each getUpdates carried (a call confirms every update below its offset), and
+`fake.updates.unparseable(...)` builds an update python-telegram-bot cannot read.
 
 Files: `add_file(data, size=...)` registers a file and returns its file_id; the update
 builders carry it (`fake.updates.photo(file_id=...)`, `document`, `voice`, `audio`,
@@ -91,6 +94,7 @@ class FakeTelegram(FakeServer):
         self.queue = UpdateQueue(POLL_CAP)
         self.outbox = Outbox()
         self._failures: dict[str, deque[ApiError]] = defaultdict(deque)
+        self._outages: dict[str, tuple[ApiError, float]] = {}  # method: (answer, until)
         self._reject_entities: dict[str | None, int] = defaultdict(int)  # None: any method
 
     @property
@@ -125,6 +129,13 @@ class FakeTelegram(FakeServer):
         for _ in range(times):
             self._failures[method.lower()].append(ApiError(status, description, parameters))
 
+    def fail_method_for(self, method: str, status: int, seconds: float,
+                        description: str | None = None) -> None:
+        """Answer every call of `method` with a Telegram-shaped error for `seconds` (an
+        outage: 502 from the proxy in front of the Bot API, say)."""
+        self._outages[method.lower()] = (ApiError(status, description),
+                                         time.monotonic() + seconds)
+
     def rate_limit_next(self, retry_after: float, times: int = 1,
                         method: str = "sendMessage") -> None:
         """429 with `parameters.retry_after` (PTB raises RetryAfter; fractions keep tests fast)."""
@@ -144,6 +155,7 @@ class FakeTelegram(FakeServer):
     def reset(self) -> None:
         super().reset()
         self._failures.clear()
+        self._outages.clear()
         self._reject_entities.clear()
 
     # --- updates in ---------------------------------------------------------------------
@@ -157,6 +169,15 @@ class FakeTelegram(FakeServer):
     def pending_updates(self) -> list[dict[str, Any]]:
         """Updates not yet confirmed by a getUpdates offset."""
         return self.queue.items()
+
+    def poll_offsets(self) -> list[int]:
+        """The offset each getUpdates call carried (0: none), in order, failed calls too."""
+        offsets = []
+        for call in self.calls_to("/getUpdates"):
+            params = {**call.query, **(call.form or {}),
+                      **(call.json if isinstance(call.json, dict) else {})}
+            offsets.append(int(params.get("offset") or 0))
+        return offsets
 
     async def post_update(self, url: str, update: dict[str, Any],
                           secret: str | None = None) -> int:
@@ -242,7 +263,11 @@ class FakeTelegram(FakeServer):
             return ApiError(502).response()
         try:
             params = await Params.read(request)
-            queued = self._failures.get(request.match_info["method"].lower())
+            name = request.match_info["method"].lower()
+            outage = self._outages.get(name)
+            if outage is not None and time.monotonic() < outage[1]:
+                raise outage[0]
+            queued = self._failures.get(name)
             if queued:
                 raise queued.popleft()
             result = await method(params)

@@ -236,6 +236,15 @@ class UpdateFactory:
                                **_text_fields(text, entities))
         return self.update(message)
 
+    def unparseable(self, text: str = "a message the library cannot read",
+                    user_id: int = DEFAULT_USER_ID) -> dict[str, Any]:
+        """A private text python-telegram-bot cannot parse: its `date` is an object (as a Bot
+        API server of another version might send it), not a Unix time, so `Update.de_json`
+        raises TypeError. The text is there to check it never reaches a log."""
+        update = self.private_text(text, user_id)
+        update["message"]["date"] = {"seconds": int(time.time()), "nanos": 0}
+        return update
+
     def group_text(self, text: str, chat_id: int = DEFAULT_GROUP_ID,
                    user_id: int = DEFAULT_USER_ID, entities: list[dict[str, Any]] | None = None,
                    reply_to_bot: bool = False, thread_id: int | None = None,
