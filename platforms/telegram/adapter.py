@@ -9,9 +9,7 @@ a blocked bot or a gone chat → Undeliverable.
 
 from __future__ import annotations
 
-import datetime as dtm
 import logging
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +33,8 @@ from platforms.base import (
 from platforms.telegram import files
 from platforms.telegram import format as fmt
 from platforms.telegram.inbound import AdminCache, to_inbound
+from platforms.telegram.polling import Poller, retry_after_s
+from platforms.telegram.updates import FAILED, size_of, skipped
 from platforms.telegram.webhook import WebhookServer
 from platforms.text import markdown_balanced
 
@@ -75,9 +75,11 @@ class TelegramAdapter(PlatformAdapter):
             raise ValueError("telegram webhook mode needs a secret token")
         self.settings = settings
         self.exclusive = settings.mode == "polling"  # Telegram allows one getUpdates caller
-        # Updates are handled concurrently: the gateway keeps each chat in order itself,
-        # and one chat's slow command must not hold up every other chat.
-        builder = ApplicationBuilder().token(settings.token).concurrent_updates(True)
+        # A webhook's updates are handled concurrently (the gateway keeps each chat in order
+        # itself); our poller hands them over one at a time, each confirmed once stored.
+        # PTB's own Updater is not used (polling.py says why).
+        builder = (ApplicationBuilder().token(settings.token).concurrent_updates(True)
+                   .updater(None))
         if settings.base_url:
             builder = builder.base_url(settings.base_url)
         if settings.base_file_url:
@@ -88,6 +90,9 @@ class TelegramAdapter(PlatformAdapter):
         self.app.add_error_handler(self._on_error)
         self.admins = AdminCache(self._member_status)
         self.webhook: WebhookServer | None = None
+        self.poller = Poller(self.app.bot, self.app.process_update, self.counters,
+                             timeout_s=settings.poll_timeout_s,
+                             allowed_updates=ALLOWED_UPDATES) if self.exclusive else None
 
     # --- lifecycle ----------------------------------------------------------------------
     async def initialize(self) -> None:
@@ -95,26 +100,22 @@ class TelegramAdapter(PlatformAdapter):
         self.bot_username = self.app.bot.username
 
     async def start(self) -> None:
-        updater = self.app.updater
-        assert updater is not None
         s = self.settings
-        if s.mode == "webhook":
+        if self.poller is not None:
+            await self.poller.start()
+        else:
             assert s.secret_token is not None
             self.webhook = WebhookServer(self.app, listen=s.listen, port=s.port,
                                          path=_path_of(s.webhook_url),
-                                         secret_token=s.secret_token)
+                                         secret_token=s.secret_token, counters=self.counters)
             await self.webhook.start()
             await self.app.bot.set_webhook(url=s.webhook_url or "", secret_token=s.secret_token,
                                            allowed_updates=ALLOWED_UPDATES)
-        else:
-            await updater.start_polling(timeout=dtm.timedelta(seconds=s.poll_timeout_s),
-                                        allowed_updates=ALLOWED_UPDATES)
         await self.app.start()
 
     async def stop(self) -> None:
-        updater = self.app.updater
-        if updater is not None and updater.running:
-            await updater.stop()
+        if self.poller is not None:
+            await self.poller.stop()
         if self.webhook is not None:
             webhook, self.webhook = self.webhook, None
             await webhook.stop()
@@ -143,8 +144,14 @@ class TelegramAdapter(PlatformAdapter):
             await self.handler(msg)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("telegram: handling an update failed: %s", context.error,
-                  exc_info=context.error)
+        # One of our handlers raised: the update is dropped (and confirmed), not retried, as
+        # it would fail the same way. The traceback is our code's; the update's text is not
+        # logged.
+        self.counters[FAILED] += 1
+        update_id = update.update_id if isinstance(update, Update) else None
+        size = size_of(update.to_dict()) if isinstance(update, Update) else 0
+        skipped(update_id, size, f"failed to be handled ({type(context.error).__name__})",
+                error=context.error)
 
     async def _member_status(self, chat_id: int, user_id: int) -> str:
         member = await self.app.bot.get_chat_member(chat_id, user_id)
@@ -276,7 +283,7 @@ class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a 
                 raise Undeliverable(f"telegram: {exc}") from exc
             return False
         if isinstance(exc, RetryAfter):
-            raise RateLimited(_seconds(exc), "telegram flood control") from exc
+            raise RateLimited(retry_after_s(exc), "telegram flood control") from exc
         if isinstance(exc, Forbidden):
             raise Undeliverable(f"telegram: {exc}") from exc
         if isinstance(exc, NetworkError):
@@ -284,13 +291,6 @@ class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a 
         if isinstance(exc, TelegramError):
             raise PlatformDown(f"telegram: {exc}") from exc
         return False
-
-
-def _seconds(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # PTB deprecates the int form; we take either
-        value = exc.retry_after
-    return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
 
 
 def _thread(chat: ChatRef) -> int | None:
