@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from agent.errors import plain_error
@@ -102,6 +102,9 @@ class Gateway:
         self._entering: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # lock, [users]
         self._quiet = asyncio.Event()
         self._quiet.set()
+        # What is being said about accepted messages, the newest per chat (each waits for
+        # the one before it, so a chat's answers keep its order).
+        self._answering: dict[str, asyncio.Task[None]] = {}
 
     # --- lifecycle --------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -247,34 +250,64 @@ class Gateway:
 
     # --- inbound ------------------------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> None:
-        """An adapter's entry point; never raises into the platform library."""
+        """An adapter's entry point: returns once the message is stored in the ledger (or
+        deliberately ignored) and in its chat's order; what is said about it follows
+        later, so an adapter handing messages over one by one (a poller that confirms
+        each once stored) is never held up by a reply. Never raises into the platform
+        library."""
         self._handling += 1
         self._quiet.clear()
         lock, users = self._entering.setdefault(msg.chat_key, (asyncio.Lock(), [0]))
         users[0] += 1
+        after: Awaitable[object] | None = None
         try:
             async with lock:
-                await self._handle(msg)
+                after = await self._accept(msg)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
-            await self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)
+            after = self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)
         finally:
             users[0] -= 1
             if not users[0]:
                 del self._entering[msg.chat_key]  # nobody else is entering this chat
-            self._handling -= 1
-            if not self._handling:
-                self._quiet.set()
+            if after is None:
+                self._handled()
+        if after is not None:
+            key = msg.chat_key
+            task = asyncio.create_task(self._then(msg, after, self._answering.get(key)),
+                                       name=f"answer:{key}")
+            self._answering[key] = task
+            task.add_done_callback(
+                lambda done: self._answering.pop(key) if self._answering.get(key) is done
+                else None)
 
-    async def _handle(self, msg: InboundMessage) -> None:
+    async def _then(self, msg: InboundMessage, work: Awaitable[object],
+                    before: asyncio.Task[None] | None) -> None:
+        """What is said about a message after it was accepted (a command's answer, a
+        refusal), after what was said about the chat's previous one; counted as being
+        handled until done, so a stop lets it finish."""
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            await work
+        except Exception:
+            log.exception("answering a message in %s failed", msg.chat_key)
+        finally:
+            self._handled()
+
+    def _handled(self) -> None:
+        self._handling -= 1
+        if not self._handling:
+            self._quiet.set()
+
+    async def _accept(self, msg: InboundMessage) -> Awaitable[object] | None:
+        """Gate, store and route a message; what remains to be said, to run later."""
         command = parse_command(msg.text)
         if not self._addressed(msg, command):
-            return await self.outbound.delivered(msg.chat, (msg.message_id,))  # nothing to say
+            await self.outbound.delivered(msg.chat, (msg.message_id,))  # nothing to say
+            return None
         if not self.auth.is_allowed(msg):
-            refusal = self.auth.refusal(msg)
-            if refusal:
-                await self.outbound.send(msg.chat, refusal, msg.message_id, private=True)
-            return await self.outbound.delivered(msg.chat, (msg.message_id,))
+            return self._refuse(msg)
         if msg.is_edit:
             return await self._edit(msg)
         record = await self.store.ingest(
@@ -283,8 +316,15 @@ class Gateway:
             sender_name=msg.user_name, extra=_extra(msg))
         if record is None:
             log.info("ignoring redelivered message %s in %s", msg.message_id, msg.chat_key)
-            return await self.outbound.delivered(msg.chat, (msg.message_id,))
-        await self._route(msg, record, command)
+            await self.outbound.delivered(msg.chat, (msg.message_id,))
+            return None
+        return await self._route(msg, record, command)
+
+    async def _refuse(self, msg: InboundMessage) -> None:
+        refusal = self.auth.refusal(msg)
+        if refusal:
+            await self.outbound.send(msg.chat, refusal, msg.message_id, private=True)
+        await self.outbound.delivered(msg.chat, (msg.message_id,))
 
     def _addressed(self, msg: InboundMessage, command: Invocation | None) -> bool:
         """Whether the message is for us at all; everything else is ignored unanswered."""
@@ -300,16 +340,17 @@ class Gateway:
         return not msg.is_group or msg.addressed_to_bot or msg.reply_to_bot
 
     async def _route(self, msg: InboundMessage, record: InboundRecord,
-                     command: Invocation | None) -> None:
-        """A stored inbound message: a command, a refusal, or a job for the chat's worker."""
+                     command: Invocation | None) -> Awaitable[object] | None:
+        """A stored inbound message: a command, a refusal, or a job for the chat's worker.
+        Returns what remains to be said (an immediate command's answer, a refusal)."""
         if command is not None:
             return await self._command(msg, record, command)
         refusal = self._unreadable(msg)
         if refusal:
             await self.store.finish_inbound([record.id], "failed")
-            await self.outbound.answer(msg.chat, refusal, msg.message_id)
-            return
+            return self.outbound.answer(msg.chat, refusal, msg.message_id)
         await self._enqueue(msg.chat_key, MessageJob(msg.chat, record))
+        return None
 
     def _unreadable(self, msg: InboundMessage) -> str | None:
         refusal = self.reader.refusal(msg)  # attachments all declined, by what they are
@@ -319,36 +360,37 @@ class Gateway:
             return "That message was empty."
         return self.conversations.too_long(msg.text)
 
-    async def _edit(self, msg: InboundMessage) -> None:
+    async def _edit(self, msg: InboundMessage) -> Awaitable[object] | None:
         """An edit replaces a still-queued message's text, under the rules for new ones."""
         found = await self.store.find_inbound(msg.platform, msg.chat_id, msg.message_id)
         if found is None or found.status != "pending":
             status = found.status if found else "unknown"
             log.info("edit of %s in %s (%s): ignored", msg.message_id, msg.chat_key, status)
-            return
+            return None
         refusal = self._unreadable(msg)
         if refusal:
             log.info("edit of %s in %s refused: %s", msg.message_id, msg.chat_key, refusal)
-            await self.outbound.send(msg.chat, f"{refusal} I kept the message as it was "
-                                     "before the edit.", msg.message_id)
-            return
+            return self.outbound.send(msg.chat, f"{refusal} I kept the message as it was "
+                                      "before the edit.", msg.message_id)
         status = await self.store.update_inbound_text(msg.platform, msg.chat_id,
                                                       msg.message_id, msg.text)
         log.info("edit of %s in %s (%s): %s", msg.message_id, msg.chat_key, status,
                  "applied" if status == "pending" else "ignored")
+        return None
 
     async def _command(self, msg: InboundMessage, record: InboundRecord,
-                       invocation: Invocation) -> None:
-        """Session-changing commands queue behind the chat's turns; the rest answer now."""
+                       invocation: Invocation) -> Awaitable[object] | None:
+        """Session-changing commands queue behind the chat's turns; the rest answer now
+        (the answer is returned, to be awaited after the message is accepted)."""
         command = self.commands.find(invocation.name)
         allowed = command is not None and (command.access != "manage"
                                            or self.auth.may_manage(msg))
         if command is not None and command.serial and allowed:
             await self._enqueue(msg.chat_key, CommandJob(msg, record, command.name,
                                                          invocation.args))
-            return
-        await self.worker.run_command(msg, record, invocation.name, invocation.args,
-                                      chat=self.router.running(msg.chat_key))
+            return None
+        return self.worker.run_command(msg, record, invocation.name, invocation.args,
+                                       chat=self.router.running(msg.chat_key))
 
     async def _enqueue(self, chat_key: str, job: Job) -> None:
         """To this chat's worker, here, or (sharing a database) to whoever holds the chat."""
@@ -359,7 +401,13 @@ class Gateway:
 
     async def _adopt(self, record: InboundRecord) -> None:
         """A pending ledger row another process stored or left: routed as if received."""
-        await self._route(message_of(record), record, parse_command(record.text))
+        await self._routed(message_of(record), record)
+
+    async def _routed(self, msg: InboundMessage, record: InboundRecord) -> None:
+        """Route a stored row and wait for what is said about it (recovery, adoption)."""
+        after = await self._route(msg, record, parse_command(record.text))
+        if after is not None:
+            await after
 
     # --- recovery ---------------------------------------------------------------------------
     async def _recover(self, rows: list[InboundRecord]) -> None:
@@ -380,8 +428,7 @@ class Gateway:
                 self.router.submit(chat_key, HoldJob(held[chat_key]))  # all of it waits
         for chat_key, job in work:
             if isinstance(job, tuple):  # a pending inbound message: route it like new
-                msg, record = job
-                await self._route(msg, record, parse_command(record.text))
+                await self._routed(*job)
             else:
                 self.router.submit(chat_key, job)
         if held:
