@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_FENCE = re.compile(r"^\s*```(\S*)", re.MULTILINE)
+# A fence line: blanks, then ```. Only blanks, never line breaks, before it: with `\s*`
+# every line start of a run of blank lines re-read the whole run (quadratic).
+_FENCE = re.compile(r"^[ \t]*```(\S*)", re.MULTILINE)
 FENCE_CLOSE = "\n```"
-_FENCE_BLOCK = re.compile(r"^\s*```.*?^\s*```[^\n]*$", re.MULTILINE | re.DOTALL)
+_FENCE_BLOCK = re.compile(r"^[ \t]*```.*?^[ \t]*```[^\n]*$", re.MULTILINE | re.DOTALL)
 
 
 def utf16_len(text: str) -> int:
@@ -77,7 +79,18 @@ def split_message(text: str, limit: int, measure: Callable[[str], int] = len) ->
 
 
 _INLINE_PAIRS = ("**", "__", "~~", "`")
-_LINK_OPENED = re.compile(r"\[[^\]\n]*$|\]\([^)\n]*$")
+
+
+def _link_open(text: str) -> bool:
+    """Whether the last line holds a link's text or address still being written (`[...`
+    with no `]` after it, or `](...` with no `)`). Found from the end: linear, where a
+    pattern tried at every `[` re-read the rest of the line each time."""
+    line = text.removesuffix("\n")
+    line = line[line.rfind("\n") + 1:]
+    if line.rfind("[") > line.rfind("]"):
+        return True
+    address = line.rfind("](")
+    return address >= 0 and ")" not in line[address + 2:]
 
 
 def markdown_balanced(text: str) -> bool:
@@ -88,7 +101,7 @@ def markdown_balanced(text: str) -> bool:
     if fences % 2:
         return False
     outside = _FENCE_BLOCK.sub("", text)
-    if _LINK_OPENED.search(outside):
+    if _link_open(outside):
         return False
     for marker in _INLINE_PAIRS:
         count = outside.count(marker)
