@@ -103,6 +103,7 @@ class WorkerPool:
         self._threads = ThreadPoolExecutor(self.size, thread_name_prefix=f"pool-{name}")
         self._idle: asyncio.Queue[Worker | None] | None = None
         self._busy: set[Worker] = set()
+        self._calls: set[asyncio.Future[Any]] = set()  # pipe round trips in flight
         self._closed = False
         self.killed = 0  # workers killed for a budget, a cancel or a crash (for tests/metrics)
         # Jobs by how they ended: done, raised (the job's own error), over_budget, cancelled,
@@ -133,6 +134,8 @@ class WorkerPool:
             self._busy.add(worker)
             loop = asyncio.get_running_loop()
             call = loop.run_in_executor(self._threads, worker.call, fn, args)
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
             call.add_done_callback(_consume)
             try:
                 ok, value = await asyncio.wait_for(asyncio.shield(call), budget_s)
@@ -181,6 +184,9 @@ class WorkerPool:
         self._closed = True
         for worker in list(self._busy):
             self._discard(worker)
+        # Killed workers end their round trips at once; wait for them, so nothing that was
+        # running is left to fail after the loop is gone.
+        await asyncio.gather(*self._calls, return_exceptions=True)
         if self._idle is not None:
             while not self._idle.empty():
                 worker = self._idle.get_nowait()

@@ -35,6 +35,7 @@ class Renderer:
         self.adapters = adapters
         self.pool = pool or render_pool()
         self.fallbacks = 0  # replies sent plain because formatting failed or ran over
+        self._jobs: set[asyncio.Future[list[Chunk]]] = set()
 
     async def render(self, chat: ChatRef, text: str) -> list[Chunk]:
         adapter = self.adapters.get(chat.platform)
@@ -59,6 +60,8 @@ class Renderer:
         # A caller that gives up (a preview pump stopping) leaves the job to finish within
         # its budget: cancelling it would kill a worker that is about to be free.
         job = asyncio.ensure_future(self.pool.run(formatter, text, budget_s=RENDER_BUDGET_S))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
         job.add_done_callback(_consume)
         try:
             return await asyncio.shield(job)
@@ -72,6 +75,7 @@ class Renderer:
 
     async def aclose(self) -> None:
         await self.pool.close()
+        await asyncio.gather(*self._jobs, return_exceptions=True)  # they fail at once now
 
 
 def _consume(job: asyncio.Future[list[Chunk]]) -> None:

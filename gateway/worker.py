@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from gateway.attachments import AttachmentReader
+from gateway.attachments import AttachmentReader, Reading
 from gateway.auth import Authorizer
 from gateway.commands import CommandCall, CommandTable, Refusal
 from gateway.conversations import Conversations
@@ -229,8 +229,7 @@ class ChatWorker:
         typing = asyncio.create_task(self.outbound.keep_typing(chat))
         running.supersedable = False
         try:
-            readings = await self._until_stopped(
-                running, asyncio.gather(*(self.reader.read(r) for r in todo)))
+            readings = await self._until_stopped(running, self._read_all(todo))
         finally:
             running.supersedable = True
             typing.cancel()
@@ -248,6 +247,10 @@ class ChatWorker:
             if said:
                 await self.outbound.send(chat, said, record.message_id)
         return kept, parts
+
+    async def _read_all(self, records: list[InboundRecord]) -> list[Reading]:
+        # A coroutine, not a bare gather: cancelled, its task reads as cancelled (a stop).
+        return await asyncio.gather(*(self.reader.read(r) for r in records))
 
     async def _stopped_midway(self, chat: ChatRef, records: list[InboundRecord],
                               live: LiveReply) -> None:

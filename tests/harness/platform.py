@@ -54,6 +54,9 @@ class _RecordingAdapter(PlatformAdapter):
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         self.recorder.downloads.append(attachment.ref)
+        if self.recorder.slow_downloads is not None:  # a file server that takes its time
+            self.recorder.downloading.set()
+            await self.recorder.slow_downloads.wait()
         data = self.recorder.files.get(attachment.ref)
         if data is None:
             raise DownloadError("no such file")
@@ -82,6 +85,9 @@ class RecordingPlatform:
         self.menu: list[tuple[str, str]] = []  # what register_commands announced
         self.files: dict[str, bytes] = {}  # what attachments download, by ref
         self.downloads: list[str] = []  # refs the gateway fetched, in order
+        # While set to an Event, downloads wait for it (and `downloading` says one started).
+        self.slow_downloads: asyncio.Event | None = None
+        self.downloading = asyncio.Event()
         self.on_start: list[str] = []  # messages that arrive as the adapter starts
         self.adapter: _RecordingAdapter | None = None
         self._changed = asyncio.Condition()
