@@ -66,6 +66,7 @@ class _Open:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     answered: bool = False  # a response or follow-up carried words
     closed: bool = False
+    watchdog: asyncio.Task[None] | None = None  # defers if no answer comes in time
 
 
 class Interactions:
@@ -81,14 +82,19 @@ class Interactions:
 
     async def run(self, interaction: discord.Interaction,
                   handle: Callable[[], Awaitable[None]]) -> None:
-        """Hand the command to the gateway; acknowledge in time whatever it does."""
+        """Hand the command to the gateway; acknowledge in time whatever it does.
+
+        The gateway returns once the command is stored; its answer follows. An answer
+        given within DEFER_AFTER_S is the interaction's response, else the interaction is
+        deferred then and the answer arrives as a follow-up."""
         entry = self._open[str(interaction.id)] = _Open(interaction)
-        watchdog = asyncio.create_task(self._defer_later(entry))
+        entry.watchdog = asyncio.create_task(self._defer_later(entry))
         try:
             await handle()
-        finally:
-            watchdog.cancel()
-            await self._defer(entry)  # queued work: acknowledge now, answer later
+        except BaseException:
+            entry.watchdog.cancel()
+            await self._defer(entry)  # nothing will answer in time: acknowledge now
+            raise
 
     async def send(self, key: str, chunk: Chunk) -> str | None:
         """The interaction's response if not yet given, else a follow-up."""
@@ -115,6 +121,8 @@ class Interactions:
         if entry is None:
             return
         entry.closed = True
+        if entry.watchdog is not None:
+            entry.watchdog.cancel()
         async with entry.lock:
             response = entry.interaction.response
             try:
