@@ -39,21 +39,32 @@ _KEY_CHARS = frozenset(string.ascii_lowercase + string.digits)
 _NAME_CHARS = _KEY_CHARS | {"_"}
 # A quoted value. The third form is a JSON string inside a JSON string (tool arguments),
 # whose own escapes arrive doubled: `\\\"` is a quote inside the value, `\"` ends it.
-_QUOTED_VALUE = re.compile(r"[ \t]*(?:\"((?:\\.|[^\"\\\n])+)\"|'((?:\\.|[^'\\\n])+)'|"
-                           r"\\\"((?:\\\\(?:\\.|[^\\\n])|\\[^\"\\\n]|[^\"\\\n])+)\\\")")
-_BARE_VALUE = re.compile(r"[ \t]*(?![=:\"'])([^\s\"',;&]+)")
+# Plain characters are taken a run at a time (a repeated group costs the engine a step and
+# a saved state per repetition), and nothing is given back: a body stops only where its
+# closing quote must follow.
+_QUOTED_VALUE = re.compile(r"[ \t]*+(?:\"((?:[^\"\\\n]++|\\.)++)\"|'((?:[^'\\\n]++|\\.)++)'|"
+                           r"\\\"((?:[^\"\\\n]++|\\[^\"\\\n]|\\\\(?:\\.|[^\\\n]))++)\\\")")
+_BARE_VALUE = re.compile(r"[ \t]*+(?![=:\"'])([^\s\"',;&]+)")
 # One finder per trigger word, led by the literal word so the scan is a fast prefix search
 # (an alternation of all words would be tried at every position). Group 1 ends the key;
-# `=>` is the PHP and Ruby hash arrow.
+# `=>` is the PHP and Ruby hash arrow. A word whose run of key characters is long enough to
+# hold the word again matches, the whole run, even with no separator (group 2) after it:
+# every later word inside the run reaches the same key end and fails the same way, and the
+# scan resumes after the run instead of retrying each (`"token" * N` was quadratic). A
+# shorter run cannot hold another, so a word in prose still fails inside the engine. Runs
+# and blanks are possessive: what follows them is never a key character or a blank, so
+# giving some back cannot help.
 _KEY_FINDERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (word, re.compile(rf"({word}[a-z0-9_-]*)(?:\\?[\"'])?[ \t]*(?:=>|[:=])"))
+    (word, re.compile(rf"({word}[a-z0-9_-]*+)(?:((?:\\?[\"'])?[ \t]*+(?:=>|[:=]))"
+                      rf"|(?<=[a-z0-9_-]{{{2 * len(word)}}}))"))
     for word in ("pass", "pwd", "secret", "token", "key", "auth", "credential")
 )
-_FLAG = re.compile(r"--([a-z][a-z0-9_.-]*)[ \t]+")
+# A flag's name with no blank (group 2) after it matches too, its whole run, as above.
+_FLAG = re.compile(r"--([a-z][a-z0-9_.-]*+)([ \t]+)?")
 _FLAG_VALUE = re.compile(r"(?!-)([^\s\"'`;&|]+)")
 _COOKIE = re.compile(r"cookie(\\?[\"']?)[ \t]*:[ \t]*")
 # A header value ends at a line break (also a JSON `\n`) or the quote that opened the header.
-_HEADER_VALUE = {q: re.compile(rf"((?:\\[^nr\r\n]|[^\\\r\n{q}])*)") for q in ("", "\"", "'")}
+_HEADER_VALUE = {q: re.compile(rf"((?:[^\\\r\n{q}]++|\\[^nr\r\n])*+)") for q in ("", "\"", "'")}
 
 Spans = dict[int, int]  # value start -> end
 
@@ -67,29 +78,43 @@ def _ends_secret_key(lower: str, end: int) -> bool:
     return lower.endswith("pass", 0, end) and (end == 4 or lower[end - 5] not in _KEY_CHARS)
 
 
-def _add(spans: Spans, value: re.Match[str]) -> None:
-    """Record the value's group (inside any quotes); the longest claim on a start wins."""
+def _add(spans: Spans, value: re.Match[str]) -> int:
+    """Record the value's group (inside any quotes), and say where it ends; the longest
+    claim on a start wins."""
     start, end = value.span(value.lastindex or 0)
     if start < end:
         spans[start] = max(end, spans.get(start, end))
+    return end
 
 
 def _assignment_spans(text: str, lower: str, spans: Spans, finder: re.Pattern[str]) -> None:
     """`key = value`, `key: value`, `"key": "value"`, `'key' => 'value'` for secret keys
     found by one of `_KEY_FINDERS`."""
+    reach = 0  # end of the last bare value
     for hit in finder.finditer(lower):
         # The word must end the key: `db_password` yes, `max_tokens` or `keyboard` no.
-        if _ends_secret_key(lower, hit.end(1)):
-            value = _QUOTED_VALUE.match(text, hit.end()) or _BARE_VALUE.match(text, hit.end())
-            if value is not None:
-                _add(spans, value)
+        if hit[2] is None or not _ends_secret_key(lower, hit.end(1)):
+            continue
+        at = hit.end()
+        # A value starting inside the last bare value would run to its end, a span inside
+        # one already recorded; matching it again made `password=password=...` quadratic.
+        # Only a `\"` there (the last character of the run, then a quote) can open a value
+        # that ends elsewhere, a quoted one.
+        if at < reach and not text.startswith('\\"', at):
+            continue
+        value = _QUOTED_VALUE.match(text, at)
+        if value is not None:
+            _add(spans, value)
+        elif (value := _BARE_VALUE.match(text, at)) is not None:
+            reach = _add(spans, value)
 
 
 def _flag_spans(text: str, lower: str, spans: Spans) -> None:
     """`--password X`, `--token X`: a secret flag whose value is the next word."""
     for hit in _FLAG.finditer(lower):
         end = hit.end(1)
-        if not _ends_secret_key(lower, end) or lower.startswith("no-", hit.start(1)):
+        if (hit[2] is None or not _ends_secret_key(lower, end)
+                or lower.startswith("no-", hit.start(1))):
             continue  # `--no-password` is a switch, not a flag with a value
         value = _QUOTED_VALUE.match(text, hit.end()) or _FLAG_VALUE.match(text, hit.end())
         # A password may be any word, but a token or key is generated: a plain word after
