@@ -25,15 +25,21 @@ class _Rule:
     Patterns start with a literal where possible: the regex engine then scans with a fast
     prefix search, which a leading look-behind would disable. The "not inside a word" check
     that a look-behind would do runs in Python, only on actual matches.
+
+    Every pattern runs in linear time (docs/architecture.md, "Secrets"). One whose literal
+    starts a run of characters it reads (`eyJ` in a token, `mysql` in a word) has an
+    alternative named `skip`, matched with the whole run when no secret follows it, which
+    leaves the text as it was: the engine resumes after the run, where it would otherwise
+    retry from every later literal inside it, each bound to reach the same run end and fail.
     """
 
-    __slots__ = ("pattern", "replace", "triggers", "lowered", "quick", "not_after", "screen")
+    __slots__ = ("pattern", "replace", "triggers", "lowered", "quick", "not_after", "screen",
+                 "skips")
 
     def __init__(self, pattern: str, replace: _Replace, triggers: tuple[str, ...], *,
                  screen: str, lowered: bool = False,
-                 quick: str | None = None, not_after: frozenset[str] = frozenset(),
-                 flags: int = 0) -> None:
-        self.pattern = re.compile(pattern, flags)
+                 quick: str | None = None, not_after: frozenset[str] = frozenset()) -> None:
+        self.pattern = re.compile(pattern)
         self.replace = replace
         self.triggers = triggers
         self.lowered = lowered  # triggers are matched against the lower-cased text
@@ -41,6 +47,7 @@ class _Rule:
         self.not_after = not_after
         # For agent.redact_screen: an RE2 pattern that every text this rule changes matches.
         self.screen = screen
+        self.skips = "skip" in self.pattern.groupindex
 
     def apply(self, text: str, lower: str) -> str:
         haystack = lower if self.lowered else text
@@ -57,13 +64,15 @@ class _Rule:
         start = match.start()
         if self.not_after and start and match.string[start - 1] in self.not_after:
             return match.group(0)
+        if self.skips and match["skip"] is not None:
+            return match.group(0)
         return self.replace if isinstance(self.replace, str) else self.replace(match)
 
 
 def _keep_prefix(match: re.Match[str]) -> str:
-    """Keep group 1 (a header name, a URL up to the password), replace the rest."""
-    tail = match.group(2) if match.re.groups > 1 else ""
-    return match.group(1) + REDACTED + tail
+    """Keep the groups, all before the secret (a header name, a URL up to the password, a
+    command line up to -p), and replace the rest."""
+    return "".join(match.groups("")) + REDACTED
 
 
 def _discord(match: re.Match[str]) -> str:
@@ -91,19 +100,49 @@ _KEY_LABEL = r"[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 _KEY_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
 _KEY_LINE = r"(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\r\n\\]*)(?![^\r\n\\])"
 
+
+class _KeyBlocks(_Rule):
+    """Private keys, whole: from BEGIN to the next END, or, when no END follows, BEGIN and
+    the body lines after it (allowing the one empty line PGP puts after its headers).
+
+    As one pattern, `BEGIN(?:.*?END|body)` scanned from every BEGIN to the end of a text
+    that has no END after it; here the next END is looked up once, for every BEGIN before it.
+    """
+
+    _END = re.compile(rf"-----END{_KEY_LABEL}")
+    _BODY = re.compile(rf"(?:{_KEY_BREAK}{_KEY_BREAK}?{_KEY_LINE})*")
+
+    def __init__(self) -> None:
+        super().__init__(rf"-----BEGIN{_KEY_LABEL}", REDACTED, ("-----BEGIN",),
+                         screen="-----BEGIN")
+
+    def apply(self, text: str, lower: str) -> str:
+        if "-----BEGIN" not in text:
+            return text
+        pieces: list[str] = []
+        done = 0  # text[:done] is already in pieces
+        end = self._END.search(text)
+        while (begin := self.pattern.search(text, done)) is not None:
+            if end is not None and end.start() < begin.end():
+                end = self._END.search(text, begin.end())  # the last one ended before it
+            stop = end.end() if end is not None else self._BODY.match(text, begin.end()).end()
+            pieces += (text[done:begin.start()], REDACTED)
+            done = stop
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
 # Order matters: whole blocks and headers first, then prefixed keys, so an
 # `api_key=sk-...` line is caught by the specific rule before the generic assignment pass.
 _RULES: tuple[_Rule, ...] = (
-    # Private keys, whole. An unterminated block swallows its body lines, allowing the one
-    # empty line PGP puts after its headers.
-    _Rule(rf"-----BEGIN{_KEY_LABEL}(?:.*?-----END{_KEY_LABEL}"
-          rf"|(?:{_KEY_BREAK}{_KEY_BREAK}?{_KEY_LINE})*)",
-          REDACTED, ("-----BEGIN",), screen="-----BEGIN", flags=re.DOTALL),
+    _KeyBlocks(),
     # Authorization headers (also JSON-quoted): keep the name and scheme, drop the value.
     # Gated by its trigger on the lower-cased text: the (?i) pattern also matches a few
     # non-ASCII look-alikes that lower-casing keeps apart.
-    _Rule(r"(?i)(authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*"
-          r"(?:(?:bearer|basic|token|digest|bot)[ \t]+)?)[^\s\"',;]+",
+    # The blanks are possessive: the value cannot start with one, and where the two runs
+    # around the optional quote could share a run of blanks every split was tried.
+    _Rule(r"(?i)(authorization[\"']?[ \t]*+[:=][ \t]*+[\"']?[ \t]*+"
+          r"(?:(?:bearer|basic|token|digest|bot)[ \t]++)?)[^\s\"',;]+",
           _keep_prefix, ("authorization",), screen="(?i)authorization", lowered=True),
     # A trailing full stop ends the sentence, not the value.
     _Rule(r"(Bearer[ \t]+)([A-Za-z0-9._~+/=-]*[A-Za-z0-9_~+/=-])", _bearer, ("Bearer",),
@@ -111,13 +150,16 @@ _RULES: tuple[_Rule, ...] = (
     # scheme://user:password@host. A pasted password may hold a raw `@` or `/`, so it runs
     # to the last `@` before whitespace, a quote or the next `://` (which keeps a run of URLs
     # linear); an `@` later in the path over-redacts, the safe way to be wrong.
-    _Rule(r"(://[^\s/:@\"'<>]*:)(?:(?!://)[^\s\"'<>])+(@)", _keep_prefix, ("://",),
+    # Runs without `@` or `:` are taken whole: the password ends before the last `@`, at
+    # the end of a repetition, and one repetition per character was one saved state each.
+    _Rule(r"(://[^\s/:@\"'<>]*:)(?:[^\s\"'<>:@]++|:(?!//)|@)+(?=@)", _keep_prefix, ("://",),
           screen=r"://[^\s/:@\"'<>]*:"),
     # MySQL clients take the password glued to -p (`mysql -u root -pS3cret db`). Elsewhere
     # -p is a port, a parent directory or a prompt, so it counts only on a mysql or mariadb
-    # command line, within 40 words (linear time) and before a `;`, `&` or `|` ends it.
-    _Rule(r"((?:mysql|mariadb)[\w.-]*(?:[ \t]+[^\s;&|]+){0,40}?[ \t]+-p)"
-          r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s;&|]+)",
+    # command line, within 40 words and before a `;`, `&` or `|` ends it. Linear time: a
+    # client name reads at most 41 words, each once, and never gives back part of one.
+    _Rule(r"((?:mysql|mariadb)[\w.-]*+)(?:((?:[ \t]++[^\s;&|]++){0,40}?[ \t]++-p)"
+          r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s;&|]+)|(?P<skip>))",
           _keep_prefix, ("-p",),  # one scan for the rarer half, not one per client name
           screen=r"(?:mysql|mariadb)[^\n]*[ \t]-p"),
     # Vendor keys with a fixed prefix. Hyphens and underscores belong to the key, so no
@@ -141,7 +183,8 @@ _RULES: tuple[_Rule, ...] = (
           not_after=_WORD),
     _Rule(r"hf_[A-Za-z0-9]{30,}", REDACTED, ("hf_",), screen="hf_",
           not_after=_WORD),
-    _Rule(rf"eyJ{_TOKEN}{{8,}}\.eyJ{_TOKEN}{{8,}}\.{_TOKEN}*", REDACTED, ("eyJ",),
+    _Rule(rf"eyJ(?:{_TOKEN}{{8,}}+\.eyJ{_TOKEN}{{8,}}+\.{_TOKEN}*+|(?P<skip>{_TOKEN}*+))",
+          REDACTED, ("eyJ",),
           screen="eyJ", not_after=_WORD),
     # Telegram bot token: numeric bot id, colon, 35 characters (also inside /bot<id>:<..>/).
     _Rule(rf"\d{{6,12}}:{_TOKEN}{{35}}(?!{_TOKEN})", REDACTED, (":",),
