@@ -31,9 +31,10 @@ class Renderer:
     """Renders replies for each platform; a pool is started only when one needs it."""
 
     def __init__(self, adapters: Mapping[str, PlatformAdapter],
-                 pool: WorkerPool | None = None) -> None:
+                 pool: WorkerPool | None = None, budget_s: float = RENDER_BUDGET_S) -> None:
         self.adapters = adapters
         self.pool = pool or render_pool()
+        self.budget_s = budget_s
         self.fallbacks = 0  # replies sent plain because formatting failed or ran over
         self._jobs: set[asyncio.Future[list[Chunk]]] = set()
 
@@ -59,7 +60,7 @@ class Renderer:
         assert formatter is not None
         # A caller that gives up (a preview pump stopping) leaves the job to finish within
         # its budget: cancelling it would kill a worker that is about to be free.
-        job = asyncio.ensure_future(self.pool.run(formatter, text, budget_s=RENDER_BUDGET_S))
+        job = asyncio.ensure_future(self.pool.run(formatter, text, budget_s=self.budget_s))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
         job.add_done_callback(_consume)

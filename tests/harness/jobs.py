@@ -51,3 +51,9 @@ class _Unpicklable(Exception):
 
 def fail_oddly() -> None:
     raise _Unpicklable("odd")
+
+
+def render_slowly(text: str) -> list:
+    """A formatter that never finishes (a converter caught in exponential backtracking)."""
+    spin()
+    return []
