@@ -11,7 +11,7 @@ import anthropic
 from agent.attachments.parts import is_attachment, placeholder
 from agent.errors import AuthError, EmptyReplyError, plain_error
 from agent.messages import public_keys
-from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
+from agent.providers.base import Completion, Provider, ProviderSettings, TextSink, unchecked
 from agent.providers.classify import sdk_errors
 from agent.usage import from_anthropic
 
@@ -301,7 +301,8 @@ class AnthropicProvider(Provider):
         with sdk_errors(anthropic, anthropic.AnthropicError, provider=self.kind,
                         timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
                         secret=self.settings.api_key):
-            return await self._client.messages.create(**request)
+            params, raw = unchecked(request)
+            return await self._client.messages.create(messages=[], **params, extra_body=raw)
 
     async def _stream(self, request: dict[str, Any], on_text: TextSink) -> Any:
         """The SDK's message stream: text goes out as it comes, until a tool_use block
@@ -309,7 +310,9 @@ class AnthropicProvider(Provider):
         with sdk_errors(anthropic, anthropic.AnthropicError, provider=self.kind,
                         timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
                         secret=self.settings.api_key):
-            async with self._client.messages.stream(**request) as stream:
+            params, raw = unchecked(request)
+            async with self._client.messages.stream(messages=[], **params,
+                                                    extra_body=raw) as stream:
                 calling = False
                 async for event in stream:
                     if event.type == "content_block_start":

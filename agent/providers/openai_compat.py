@@ -14,7 +14,7 @@ from agent.errors import (
     ProviderError,
 )
 from agent.messages import public_keys
-from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
+from agent.providers.base import Completion, Provider, ProviderSettings, TextSink, unchecked
 from agent.providers.classify import sdk_errors
 from agent.usage import from_openai_chat
 
@@ -173,8 +173,9 @@ class OpenAICompatProvider(Provider):
         with sdk_errors(openai, openai.OpenAIError, provider=self.kind,
                         timeout_s=self.settings.timeout_s, base_url=self._client.base_url,
                         secret=self.settings.api_key):
+            params, raw = unchecked(request)
             response = await self._client.chat.completions.create(
-                **request, **{self._token_param: limit})
+                messages=[], **params, **{self._token_param: limit}, extra_body=raw)
             if on_text is None:
                 return self._to_completion(response)
             reply = _StreamedReply(on_text)
@@ -214,3 +215,4 @@ class OpenAICompatProvider(Provider):
 
     async def aclose(self) -> None:
         await self._client.close()
+

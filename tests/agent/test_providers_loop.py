@@ -1,0 +1,61 @@
+"""A long conversation never holds the event loop: the SDKs' typed walk over every message
+(1-2 ms each) is skipped, so a 2,000-message request costs the loop milliseconds, not
+seconds, while other chats wait (agent/providers/base.py, `unchecked`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent.providers.base import ProviderSettings
+from agent.providers.factory import build_provider
+
+MESSAGES = 2_000
+STALL_S = 0.5  # the typed walk took 2-3 s for these; a loaded CI machine adds its part
+
+
+def conversation() -> list[dict[str, Any]]:
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"}
+             for i in range(MESSAGES)]
+    return [{"role": "system", "content": "be brief"}, *turns, {"role": "user", "content": "q"}]
+
+
+async def worst_stall_during(work) -> tuple[Any, float]:
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+    done = False
+
+    async def tick() -> None:
+        nonlocal worst
+        while not done:
+            asked = loop.time()
+            await asyncio.sleep(0.01)
+            worst = max(worst, loop.time() - asked - 0.01)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.05)
+    try:
+        result = await work
+    finally:
+        done = True
+        await ticker
+    return result, worst
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_long_conversation_costs_the_loop_milliseconds(kind, streamed, fake_openai,
+                                                               fake_anthropic, autoclose):
+    fake = fake_openai if kind == "openai" else fake_anthropic
+    llm = autoclose(build_provider(ProviderSettings(
+        provider=kind, model="claude-sonnet-5" if kind == "anthropic" else "gpt-4o-mini",
+        base_url=fake.base_url, api_key="test-key", max_retries=0, timeout_s=30)))
+    pieces: list[str] = []
+    completion, worst = await worst_stall_during(llm.complete(
+        conversation(), on_text=pieces.append if streamed else None))
+    assert completion.message["content"] == "echo: q"
+    assert worst < STALL_S, f"the loop was held {worst:.2f} s"
+    assert fake.calls[-1].json["messages"][-1]["content"] in ("q", [{"type": "text",
+                                                                     "text": "q"}])
