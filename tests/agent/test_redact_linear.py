@@ -50,7 +50,7 @@ def test_each_hostile_shape_is_redacted_in_a_fraction_of_a_second(name: str) -> 
     _assert_fast(SHAPES[name])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_shapes())
 def test_texts_of_repeated_trigger_fragments_are_redacted_fast(shape: Repeated) -> None:
     _assert_fast(shape)
