@@ -89,7 +89,11 @@ async def main(chosen: set[str], calm_s: float) -> None:
             await calm.stop()
         finally:
             proc.send_signal(signal.SIGTERM)
-            await proc.wait()
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except TimeoutError:
+                proc.kill()  # a stuck bot must not outlive the bench
+                await proc.wait()
             await fake.stop()
             await model.stop()
 

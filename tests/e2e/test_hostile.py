@@ -64,9 +64,20 @@ async def run_items(tmp_path, fake_openai, fake_telegram, items, chats: int = 1)
                     for user, (name, make) in zip(users, batch, strict=True)))
             await calm.stop()
     finally:
-        proc.send_signal(signal.SIGTERM)
+        err = await stopped(proc)
+    return outcomes, calm, memory.peak_mb, err
+
+
+async def stopped(proc: asyncio.subprocess.Process) -> str:
+    """SIGTERM, and SIGKILL if that does not end it: a stuck bot must not outlive the test."""
+    proc.send_signal(signal.SIGTERM)
+    try:
         _, err = await asyncio.wait_for(proc.communicate(), 60)
-    return outcomes, calm, memory.peak_mb, err.decode()
+    except TimeoutError:
+        proc.kill()
+        _, err = await proc.communicate()
+        return err.decode() + "\n(killed: SIGTERM did not end it within 60 s)"
+    return err.decode()
 
 
 def judge(outcomes: list[Outcome], calm: Calm, peak_mb: float, err: str) -> None:
