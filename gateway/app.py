@@ -60,6 +60,7 @@ class Gateway:
         for make in platforms:
             adapter = make(self.handle)
             self.adapters[adapter.name] = adapter
+        auth.lookup = self._check_admin
         self.metrics = metrics or Metrics()
         self._metrics_at = metrics_at  # (listen, port) of the endpoint; None: no endpoint
         self.outbound = Outbound(self.adapters, store, self.metrics)
@@ -239,6 +240,10 @@ class Gateway:
         await self.reader.aclose()
         await self.outbound.renderer.aclose()
 
+    async def _check_admin(self, msg: InboundMessage) -> bool:
+        adapter = self.adapters.get(msg.platform)
+        return await adapter.check_admin(msg) if adapter is not None else msg.is_admin_hint
+
     async def record_lag(self, minute: Minute) -> None:
         """The last minute's largest stall, for metrics and `threadline doctor`."""
         self.metrics.loop_lag_max.set(minute.largest_s)
@@ -383,11 +388,12 @@ class Gateway:
         """Session-changing commands queue behind the chat's turns; the rest answer now
         (the answer is returned, to be awaited after the message is accepted)."""
         command = self.commands.find(invocation.name)
-        allowed = command is not None and (command.access != "manage"
-                                           or self.auth.may_manage(msg))
-        if command is not None and command.serial and allowed:
-            await self._enqueue(msg.chat_key, CommandJob(msg, record, command.name,
-                                                         invocation.args))
+        # In the chat's order, whoever sent it (an unknown command is answered in order
+        # too); whether the sender may run it is asked there, by the worker, so an admin
+        # lookup never lets the next message overtake this one.
+        if command is None or command.serial:
+            name = command.name if command is not None else invocation.name
+            await self._enqueue(msg.chat_key, CommandJob(msg, record, name, invocation.args))
             return None
         return self.worker.run_command(msg, record, invocation.name, invocation.args,
                                        chat=self.router.running(msg.chat_key))

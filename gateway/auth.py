@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from gateway.config import Config
 from platforms.base import InboundMessage
+
+# Asks the message's platform whether its sender administers the chat (an adapter's
+# `check_admin`); by default the adapter's word when the message arrived.
+AdminLookup = Callable[[InboundMessage], Awaitable[bool]]
+
+
+async def _hint(msg: InboundMessage) -> bool:
+    return msg.is_admin_hint
 
 log = logging.getLogger(__name__)
 
@@ -15,7 +23,9 @@ REFUSAL_INTERVAL_S = 3600.0  # one refusal per chat per hour, then silence
 
 
 class Authorizer:
-    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic,
+                 lookup: AdminLookup = _hint) -> None:
+        self.lookup = lookup  # the gateway sets it to ask the adapters
         gw = config.gateway
         self._open = gw.open
         self._allowed = {p: set(map(str, ids)) for p, ids in gw.allowed_users.model_dump().items()}
@@ -27,9 +37,10 @@ class Authorizer:
         """An admin by configuration (or the local user, who owns the terminal)."""
         return msg.platform == "console" or msg.user_id in self._admins.get(msg.platform, set())
 
-    def is_admin(self, msg: InboundMessage) -> bool:
-        """May manage this chat: configured admins, and the platform's own group admins."""
-        return self._owner(msg) or msg.is_admin_hint
+    async def is_admin(self, msg: InboundMessage) -> bool:
+        """May manage this chat: configured admins, and the platform's own group admins
+        (asked of the platform only now, when a command needs it)."""
+        return self._owner(msg) or await self.lookup(msg)
 
     def is_allowed(self, msg: InboundMessage) -> bool:
         """May talk to the bot at all. Administering some group is no invitation: a closed
@@ -49,6 +60,6 @@ class Authorizer:
         return (f"Sorry, this bot is private. Ask its owner to add your {msg.platform} "
                 f"user id {msg.user_id} to allowed_users.")
 
-    def may_manage(self, msg: InboundMessage) -> bool:
+    async def may_manage(self, msg: InboundMessage) -> bool:
         """/new, /compress, /usage: the user in a DM, admins in a group."""
-        return not msg.is_group or self.is_admin(msg)
+        return not msg.is_group or await self.is_admin(msg)

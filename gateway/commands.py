@@ -76,7 +76,9 @@ class Command:
     summary: str  # one line for /help and the platforms' command menus
     run: Handler
     access: Access = "allowed"
-    serial: bool = False  # changes the session: runs in the chat's order, after its turns
+    # Runs in the chat's order, after the turns before it, so answers keep the order of what
+    # was asked. Only /stop does not: it acts on the turn running now.
+    serial: bool = True
     aliases: tuple[str, ...] = ()
     listed: bool = True
 
@@ -164,7 +166,7 @@ async def _status(call: CommandCall) -> str:
         f"Compactions: {status.compression_count}",
         f"Session: {session.id}",
         *([f"Event loop: largest stall {call.loop.worst_recent() * 1000:,.0f} ms in the last "
-           "minute"] if call.loop is not None and call.auth.is_admin(call.msg) else []),
+           "minute"] if call.loop is not None and await call.auth.is_admin(call.msg) else []),
     ])
 
 
@@ -187,7 +189,7 @@ async def _usage(call: CommandCall) -> str:
     status = agent.status()
     model = agent.provider.model
     return "\n".join([
-        "Usage over this chat's whole history:",
+        "Usage in this conversation (since the last /new, compactions included):",
         f"Input: {_n(totals.input_tokens)}",
         f"Cache read: {_n(totals.cache_read_tokens)}",
         f"Cache write: {_n(totals.cache_write_tokens)}",
@@ -207,7 +209,7 @@ async def _stop(call: CommandCall) -> str:
     running, msg = call.running, call.msg
     if running is None:
         return "Nothing to stop."
-    if msg.is_group and not (call.auth.is_admin(msg) or msg.user_id in running.senders()):
+    if msg.is_group and not (msg.user_id in running.senders() or await call.auth.is_admin(msg)):
         return Refusal("Only an admin or the person who asked can /stop this here.")
     if running.stop("stop"):
         return "Stopping."
@@ -222,10 +224,10 @@ BUILTIN: tuple[Command, ...] = (
             serial=True, aliases=("reset",)),
     Command("compress", "condense the conversation now; /compress <topic> keeps that topic "
             "in detail", _compress, access="manage", serial=True),
-    Command("usage", "tokens used in this chat, over its whole history", _usage,
+    Command("usage", "tokens used in this conversation (since the last /new)", _usage,
             access="manage"),
     Command("status", "model, context fill, compactions, session", _status),
-    Command("stop", "cancel the answer being written", _stop),
+    Command("stop", "cancel the answer being written", _stop, serial=False),
     Command("start", "what this bot does", _start, listed=False),
 )
 

@@ -91,7 +91,7 @@ class ChatWorker:
         reply: str
         if command is None:
             reply = Refusal(f"Unknown command /{name}. {self.commands.help_text()}")
-        elif command.access == "manage" and not self.auth.may_manage(msg):
+        elif command.access == "manage" and not await self.auth.may_manage(msg):
             reply = Refusal(f"/{command.name} is admin-only here.")
         else:
             call = CommandCall(msg, args, self.conversations, self.store, self.auth,

@@ -79,6 +79,9 @@ class InboundMessage:
     is_bot: bool = False
     is_edit: bool = False
     attachments: tuple[Attachment, ...] = ()
+    # The platform moved this chat to a new id (a Telegram group upgraded to a supergroup):
+    # no words, only where the chat continues (docs/architecture.md, "Chats that move").
+    moved_to: str | None = None
 
     @property
     def chat(self) -> ChatRef:
@@ -211,6 +214,12 @@ class PlatformAdapter(ABC):
         """An attachment's bytes. Raises FileTooLarge past `max_bytes` (or the platform's
         own limit) and DownloadError when the file cannot be fetched."""
         raise DownloadError(f"{self.name} cannot fetch files")
+
+    async def check_admin(self, msg: InboundMessage) -> bool:
+        """Whether the sender administers the chat, by the platform's own word; asked only
+        when a command needs it (after the message took its place in the chat's order).
+        By default what the adapter said when the message arrived."""
+        return msg.is_admin_hint
 
     async def typing(self, chat: ChatRef) -> None:  # noqa: B027 - optional
         """Show a typing indicator where the platform has one."""

@@ -24,6 +24,7 @@ from platforms.base import (
     ChatRef,
     Chunk,
     Handler,
+    InboundMessage,
     PlatformAdapter,
     PlatformDown,
     RateLimited,
@@ -137,11 +138,19 @@ class TelegramAdapter(PlatformAdapter):
         message = update.edited_message or update.message
         if message is None:
             return
-        msg = await to_inbound(message, self.app.bot.bot, edited=update.edited_message is not None,
-                               require_mention=self.settings.require_mention,
-                               admins=self.admins)
+        msg = to_inbound(message, self.app.bot.bot, edited=update.edited_message is not None,
+                         require_mention=self.settings.require_mention)
         if msg is not None:
             await self.handler(msg)
+
+    async def check_admin(self, msg: InboundMessage) -> bool:
+        """A group's administrators, asked of Telegram (and remembered a while) only when a
+        command needs to know; anonymous admins are known from the message itself."""
+        if msg.is_admin_hint or not msg.is_group:
+            return msg.is_admin_hint
+        if msg.user_id.startswith("-"):
+            return False  # a post as a channel: a member, never an admin
+        return await self.admins.is_admin(int(msg.chat_id), int(msg.user_id))
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         # One of our handlers raised: the update is dropped (and confirmed), not retried, as

@@ -120,23 +120,54 @@ def attachments_of(message: Message) -> tuple[Attachment, ...]:
     return tuple(found)
 
 
-async def to_inbound(message: Message, bot: User, *, edited: bool, require_mention: bool,
-                     admins: AdminCache) -> InboundMessage | None:
-    """The message as the gateway sees it; None for what carries nothing to answer."""
-    user = message.from_user
-    if user is None:  # channel posts and service messages
-        return None
+def to_inbound(message: Message, bot: User, *, edited: bool,
+               require_mention: bool) -> InboundMessage | None:
+    """The message as the gateway sees it; None for what carries nothing to answer.
+
+    Nothing is looked up here (whether the sender administers the group is asked when a
+    command needs it, in the chat's order: `TelegramAdapter.check_admin`), so a message
+    takes its place in its chat the moment it arrives. Service messages (pins, joins, title
+    changes, ...) carry nothing to answer and are dropped, at debug level; a group's move
+    to a supergroup becomes a message saying where the chat went (`moved_to`)."""
     chat = message.chat
     group = chat.type in GROUP_TYPES
+    if message.migrate_to_chat_id:
+        return InboundMessage(platform="telegram", chat_id=str(chat.id), user_id="",
+                              message_id=str(message.message_id), text="",
+                              is_group=group, moved_to=str(message.migrate_to_chat_id))
     text = message.text or message.caption or ""
+    attachments = attachments_of(message)
+    if not text and not attachments:
+        log.debug("telegram: service message %s in %s ignored", message.message_id, chat.id)
+        return None
+    sender = _sender(message)
+    if sender is None:
+        return None  # a channel's own post, not a message to the bot
+    user_id, user_name, is_bot, admin = sender
     to_us, reply_to_bot = addressed(message, bot, require_mention=require_mention) \
         if group else (True, False)
-    admin_hint = False
-    if group and to_us and text.startswith("/"):  # only a command needs the lookup
-        admin_hint = await admins.is_admin(chat.id, user.id)
     return InboundMessage(
-        platform="telegram", chat_id=str(chat.id), user_id=str(user.id),
+        platform="telegram", chat_id=str(chat.id), user_id=user_id,
         message_id=str(message.message_id), text=text, thread_id=thread_of(message),
-        user_name=user.full_name, is_group=group, addressed_to_bot=to_us,
-        is_admin_hint=admin_hint, reply_to_bot=reply_to_bot, is_bot=user.is_bot,
-        is_edit=edited, attachments=attachments_of(message))
+        user_name=user_name, is_group=group, addressed_to_bot=to_us,
+        is_admin_hint=admin, reply_to_bot=reply_to_bot, is_bot=is_bot,
+        is_edit=edited, attachments=attachments)
+
+
+def _sender(message: Message) -> tuple[str, str | None, bool, bool] | None:
+    """(user id, name, is a bot, known admin) of who wrote the message.
+
+    An anonymous group admin writes as the group itself (`sender_chat` is the chat; the
+    account is GroupAnonymousBot): an admin of that chat. A member posting as a linked
+    channel writes as that channel: an ordinary member, known by the channel's id (a
+    negative number, never an admin)."""
+    chat, sender_chat, user = message.chat, message.sender_chat, message.from_user
+    if sender_chat is not None:
+        if sender_chat.id == chat.id:
+            return str(chat.id), "an anonymous admin", False, True
+        if chat.type in GROUP_TYPES:
+            return str(sender_chat.id), sender_chat.title or "a channel", False, False
+        return None
+    if user is None:
+        return None
+    return str(user.id), user.full_name, user.is_bot, False

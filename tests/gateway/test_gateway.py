@@ -148,9 +148,11 @@ async def test_provider_failure_gets_one_sentence_and_next_message_works(
 async def test_commands_never_reach_the_model(tmp_path, fake_openai, platform):
     gw = await started_gateway(config_for(tmp_path, fake_openai.base_url), [platform])
     try:
-        for text in ("/help", "/HELP@threadline_bot", "/status", "/usage", "/stop", "/frobnicate"):
+        # /stop answers at once, the others in the chat's order: one at a time here.
+        for n, text in enumerate(("/help", "/HELP@threadline_bot", "/status", "/usage",
+                                  "/stop", "/frobnicate"), start=1):
             await platform.say(text)
-        await platform.wait_delivered(6)
+            await platform.wait_delivered(n)
     finally:
         await close(gw)
     help_reply, help_again, status, usage, stop, unknown = platform.texts()

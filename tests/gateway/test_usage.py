@@ -93,7 +93,7 @@ def hand_cost(counts: TokenCounts, price: dict[str, int]) -> Decimal:
 
 
 def usage_lines(text: str) -> dict[str, str]:
-    assert text.startswith("Usage over this chat's whole history:"), text
+    assert text.startswith("Usage in this conversation (since the last /new"), text
     return dict(line.split(": ", 1) for line in text.splitlines()[1:])
 
 

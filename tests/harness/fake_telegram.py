@@ -22,6 +22,7 @@ unknown id and 400 "file is too big" above 20 MB (by the claimed size), and
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import time
 from collections import defaultdict, deque
@@ -95,6 +96,11 @@ class FakeTelegram(FakeServer):
         self.outbox = Outbox()
         self._failures: dict[str, deque[ApiError]] = defaultdict(deque)
         self._outages: dict[str, tuple[ApiError, float]] = {}  # method: (answer, until)
+        # method: delays, each for one call; slow: before handling it, late: after (the
+        # call took effect, its answer comes late, like a Bot API under load)
+        self._slow: dict[str, deque[float]] = defaultdict(deque)
+        self._late: dict[str, deque[float]] = defaultdict(deque)
+        self.migrated: dict[int, int] = {}  # group id -> supergroup id, after an upgrade
         self._reject_entities: dict[str | None, int] = defaultdict(int)  # None: any method
 
     @property
@@ -136,6 +142,20 @@ class FakeTelegram(FakeServer):
         self._outages[method.lower()] = (ApiError(status, description),
                                          time.monotonic() + seconds)
 
+    def slow_method_next(self, method: str, seconds: float, times: int = 1) -> None:
+        """The next `times` calls of `method` wait `seconds` before they are handled."""
+        self._slow[method.lower()].extend([seconds] * times)
+
+    def late_answer_next(self, method: str, seconds: float, times: int = 1) -> None:
+        """The next `times` calls of `method` take effect at once (a sent message is in
+        the chat) but are answered only after `seconds`."""
+        self._late[method.lower()].extend([seconds] * times)
+
+    def upgrade_group(self, group_id: int, supergroup_id: int) -> None:
+        """The group became a supergroup: calls to the old id get 400 "group chat was
+        upgraded to a supergroup chat" with `migrate_to_chat_id`, as on Telegram."""
+        self.migrated[group_id] = supergroup_id
+
     def rate_limit_next(self, retry_after: float, times: int = 1,
                         method: str = "sendMessage") -> None:
         """429 with `parameters.retry_after` (PTB raises RetryAfter; fractions keep tests fast)."""
@@ -156,6 +176,8 @@ class FakeTelegram(FakeServer):
         super().reset()
         self._failures.clear()
         self._outages.clear()
+        self._slow.clear()
+        self._late.clear()
         self._reject_entities.clear()
 
     # --- updates in ---------------------------------------------------------------------
@@ -270,10 +292,22 @@ class FakeTelegram(FakeServer):
             queued = self._failures.get(name)
             if queued:
                 raise queued.popleft()
+            if self._slow.get(name):
+                await asyncio.sleep(self._slow[name].popleft())
+            self._check_migrated(params)
             result = await method(params)
+            if self._late.get(name):
+                await asyncio.sleep(self._late[name].popleft())
         except ApiError as error:
             return error.response()
         return json_response({"ok": True, "result": result})
+
+    def _check_migrated(self, params: Params) -> None:
+        raw = params.text("chat_id")
+        moved = self.migrated.get(int(raw)) if raw and raw.lstrip("-").isdigit() else None
+        if moved is not None:
+            raise ApiError(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                           {"migrate_to_chat_id": moved})
 
     def _cut_off(self, request: web.Request) -> bool:
         transport = request.transport
