@@ -67,7 +67,7 @@ class Gateway:
         self.resets = Resets(resets or ResetPolicy(), store, conversations, clock,
                              busy=lambda key: self.router.running(key) is not None)
         live = Streaming(streaming or StreamSettings(enabled=False), self.adapters,
-                         self.outbound.budgets, self.metrics, self.outbound.renderer)
+                         self.outbound.budgets, self.metrics, self.outbound.renderer, store)
         self.reader = AttachmentReader(
             self.adapters, conversations.files, store, settings=attachments,
             transcriber=transcriber, vision=conversations.provider.vision,
@@ -129,6 +129,7 @@ class Gateway:
         if self._state != "initialized":
             raise RuntimeError(f"start() needs an initialized gateway, not a {self._state} one")
         await self.store.begin_run()  # after an unclean exit: checks the file first
+        await self.outbound.moves.load()
         self.conversations.log_startup()
         self._state = "running"
         self.resets.start()
@@ -212,6 +213,8 @@ class Gateway:
             log.warning("shutdown: %d message(s) still being handled after %.0fs",
                         self._handling, drain_timeout)
         await self.router.drain(max(0.0, deadline - loop.time()))
+        for task in list(self._answering.values()):  # still trying to say something: it
+            task.cancel()  # stays stored, and a command's row says whether it was answered
         if self.cluster is not None:  # drained: others may take our chats at once
             try:
                 await self.cluster.release_all()
@@ -307,6 +310,9 @@ class Gateway:
 
     async def _accept(self, msg: InboundMessage) -> Awaitable[object] | None:
         """Gate, store and route a message; what remains to be said, to run later."""
+        if msg.moved_to is not None:  # the platform moved the chat: follow it
+            await self.outbound.moves.move(msg.chat, msg.moved_to)
+            return None
         command = parse_command(msg.text)
         if not self._addressed(msg, command):
             await self.outbound.delivered(msg.chat, (msg.message_id,))  # nothing to say

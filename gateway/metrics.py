@@ -50,6 +50,13 @@ class Metrics:
         self.paused = Counter("threadline_outbound_paused_seconds",
                               "Seconds chats were paused by platform rate limits",
                               ["platform"], registry=r)
+        self.retries = Counter("threadline_outbound_retries",
+                               "Calls to a platform tried again after it failed (an outage)",
+                               ["platform"], registry=r)
+        self.sends_unknown = Counter(
+            "threadline_sends_unknown", "Sends the platform may have taken without answering "
+            "in time, by what was done: resent (once), assumed_sent (after a second silence)",
+            ["platform", "outcome"], registry=r)
         self.undelivered = Counter("threadline_undelivered_replies",
                                    "Replies left (partly) unsent for the next start",
                                    ["platform"], registry=r)

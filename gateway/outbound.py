@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,14 +17,17 @@ from typing import TypeVar
 
 from gateway.budget import SendBudget
 from gateway.metrics import Metrics
+from gateway.moves import ChatMoves
 from gateway.rendering import Renderer
 from platforms.base import (
+    ChatMoved,
     ChatRef,
     Chunk,
     PlatformAdapter,
     PlatformDown,
     RateLimited,
     SendError,
+    SendUnknown,
     Undeliverable,
 )
 from storage.base import SessionStore
@@ -36,8 +38,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TYPING_REFRESH_S = 4.0
-MAX_RATE_LIMITS = 8  # retry-after pauses honoured for one message before giving up
-DOWN_RETRIES_S = (1.0, 3.0)  # waits before retrying a transient failure
+# Waits between tries while a platform is down; then every 8 s, for as long as the process
+# runs, so a reply arrives within seconds of the platform coming back, before the chat's
+# next one (docs/architecture.md, "Sending").
+DOWN_RETRIES_S = (1.0, 2.0, 4.0, 8.0)
+STILL_DOWN_NOTE_S = 60.0  # while a call keeps failing, one log line this often
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,13 @@ class Outbound:
     """Sends through the adapters; a platform error is logged and reported, never raised."""
 
     def __init__(self, adapters: Mapping[str, PlatformAdapter], store: SessionStore,
-                 metrics: Metrics | None = None, renderer: Renderer | None = None) -> None:
+                 metrics: Metrics | None = None, renderer: Renderer | None = None,
+                 moves: ChatMoves | None = None) -> None:
         self.adapters = adapters
         self.store = store
         self.metrics = metrics or Metrics()
         self.renderer = renderer or Renderer(adapters)
+        self.moves = moves or ChatMoves(store)
         self.budgets = {name: SendBudget(a.limits) for name, a in adapters.items()}
 
     async def render(self, chat: ChatRef, text: str) -> list[Chunk]:
@@ -87,8 +94,8 @@ class Outbound:
         await self.delivered(chat, (message_id,))
         return sent
 
-    async def deliver(self, chat: ChatRef, chunks: Sequence[Delivery], reply_to: str | None
-                      ) -> bool:
+    async def deliver(self, chat: ChatRef, chunks: Sequence[Delivery], reply_to: str | None,
+                      *, just_stored: bool = False) -> bool:
         """Send a stored reply's pending chunks in order, marking each as it goes.
 
         A chunk recorded with a platform message id replaces that message (the preview a
@@ -104,8 +111,12 @@ class Outbound:
                 outcome = await self._edit_chunk(chat, chunk.platform_message_id,
                                                  Chunk(chunk.text, chunk.entities))
             else:
-                outcome = await self._send_chunk(chat, Chunk(chunk.text, chunk.entities),
-                                                 reply_to if chunk.chunk == 0 else None)
+                # A reply just stored has its first chunk marked `sending` by the store.
+                premarked = just_stored and chunk.chunk == 0
+                outcome = await self._send_chunk(
+                    chat, Chunk(chunk.text, chunk.entities),
+                    reply_to if chunk.chunk == 0 else None,
+                    ledger=(self.store, chunk.inbound_id, chunk.chunk), premarked=premarked)
             if outcome is False:
                 return False
             refused = isinstance(outcome, Undeliverable)
@@ -118,7 +129,7 @@ class Outbound:
         """Turn a preview into its final chunk; a preview that is gone (deleted in the
         chat) gets the chunk as a new message instead."""
         adapter = self.adapters[chat.platform]
-        outcome = await self._paced(chat, lambda: adapter.edit(chat, message_id, chunk))
+        outcome = await self._paced(chat, lambda to: adapter.edit(to, message_id, chunk))
         if isinstance(outcome, Undeliverable):
             log.info("%s: preview %s in %s could not be edited (%s); sending the reply part "
                      "anew", chat.platform, message_id, chat.key, outcome)
@@ -143,7 +154,7 @@ class Outbound:
         adapter = self.adapters.get(chat.platform)
         for message_id in message_ids:
             if adapter is not None:
-                await self._paced(chat, functools.partial(adapter.delete, chat, message_id))
+                await self._paced(chat, lambda to, m=message_id: adapter.delete(to, m))
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         """Tell the adapter everything about these inbound messages has been said."""
@@ -161,51 +172,100 @@ class Outbound:
         while not (until and until()):
             if budget.typing_allowed(chat.key, group=chat.group):
                 try:
-                    await adapter.typing(chat)
+                    await adapter.typing(self.moves.resolve(chat))
                 except Exception as exc:  # typing is a nicety: never fail a turn for it
                     log.debug("typing failed in %s: %s", chat.key, exc)
             await asyncio.sleep(TYPING_REFRESH_S)
 
     # --- one message, paced, with the platform's pauses honoured ---------------------------
-    async def _send_chunk(self, chat: ChatRef, chunk: Chunk, reply_to: str | None
-                          ) -> str | None | Undeliverable | bool:
+    async def _send_chunk(self, chat: ChatRef, chunk: Chunk, reply_to: str | None, *,
+                          ledger: tuple[SessionStore, int, int] | None = None,
+                          premarked: bool = False) -> str | None | Undeliverable | bool:
         """The platform message id (or None) once sent; an Undeliverable when refused for
-        good; False when it could not be sent now."""
+        good; False when it could not be sent at all.
+
+        A stored reply's chunk (`ledger`: the store, its inbound id and position) is marked
+        `sending` before each call and cleared by a clear answer, so a crash in between
+        leaves a trace: the send after it is marked `maybe_sent`. A send the platform may
+        have taken without answering in time (SendUnknown) is made once more, then taken as
+        sent: a message shows twice at worst, never zero times, never again and again."""
         adapter = self.adapters.get(chat.platform)
         if adapter is None:
             log.warning("no adapter for %s; dropping a message to %s", chat.platform, chat.key)
             return False
-        return await self._paced(chat, lambda: adapter.send(chat, chunk, reply_to))
+        unknown = 0
+        marked = premarked
 
-    async def _paced(self, chat: ChatRef, call: Callable[[], Awaitable[T]]
+        async def send(to: ChatRef) -> str | None:
+            nonlocal unknown, marked
+            if ledger is not None and not marked:
+                await ledger[0].mark_sending(ledger[1], ledger[2])
+            marked = False  # every later try is marked anew
+            try:
+                return await adapter.send(to, chunk, reply_to)
+            except SendUnknown as exc:
+                unknown += 1
+                if unknown > 1:
+                    self.metrics.sends_unknown.labels(chat.platform, "assumed_sent").inc()
+                    log.warning("%s: %s gave no answer twice for the same message (%s); "
+                                "taking it as sent", chat.platform, to.key, exc)
+                    return None
+                self.metrics.sends_unknown.labels(chat.platform, "resent").inc()
+                log.warning("%s: %s gave no answer in time (%s); sending it once more "
+                            "(it may show twice)", chat.platform, to.key, exc)
+                raise PlatformDown("sending once more") from exc
+            except (SendError, OSError):  # certainly not sent (refused, or not reached)
+                if ledger is not None:
+                    await ledger[0].mark_not_sent(ledger[1], ledger[2])
+                raise
+
+        return await self._paced(chat, send)
+
+    async def _paced(self, chat: ChatRef, call: Callable[[ChatRef], Awaitable[T]]
                      ) -> T | Undeliverable | bool:
-        """One platform call, paced, with the platform's pauses honoured: its result; an
-        Undeliverable when refused for good; False when it could not be made now."""
+        """One platform call to the chat (wherever it lives now), paced, with the
+        platform's pauses honoured and outages waited out for as long as the process runs:
+        its result; an Undeliverable when refused for good; False on an unexpected error."""
         name = chat.platform
         budget = self.budgets[name]
-        rate_limits = downs = 0
+        failures, down_since, noted = 0, 0.0, 0.0
+        loop = asyncio.get_running_loop()
         while True:
+            chat = self.moves.resolve(chat)
             await budget.wait_turn(chat.key, group=chat.group)
             try:
-                return await call()
+                result = await call(chat)
             except RateLimited as exc:
-                rate_limits += 1
                 log.warning("%s: %s is rate limited for %.1f s", name, chat.key,
                             exc.retry_after)
                 budget.pause(chat.key, exc.retry_after)
                 self.metrics.rate_limited.labels(name).inc()
                 self.metrics.paused.labels(name).inc(exc.retry_after)
-                if rate_limits > MAX_RATE_LIMITS:
-                    return False
+                continue
+            except ChatMoved as exc:
+                chat = await self.moves.move(chat, exc.new_chat_id)
+                continue
             except Undeliverable as exc:
                 log.warning("%s: %s refused a message for good: %s", name, chat.key, exc)
                 return exc
             except (PlatformDown, SendError, OSError) as exc:
-                if downs >= len(DOWN_RETRIES_S):
-                    log.warning("%s: sending to %s failed: %s", name, chat.key, exc)
-                    return False
-                await asyncio.sleep(DOWN_RETRIES_S[downs])
-                downs += 1
+                now = loop.time()
+                if not failures:
+                    down_since = noted = now
+                    log.warning("%s: sending to %s failed (%s); trying again while it lasts",
+                                name, chat.key, exc)
+                elif now - noted >= STILL_DOWN_NOTE_S:
+                    noted = now
+                    log.warning("%s: %s still cannot be reached after %.0f s (%s)", name,
+                                chat.key, now - down_since, exc)
+                self.metrics.retries.labels(name).inc()
+                await asyncio.sleep(DOWN_RETRIES_S[min(failures, len(DOWN_RETRIES_S) - 1)])
+                failures += 1
+                continue
             except Exception:
                 log.exception("%s: sending to %s failed", name, chat.key)
                 return False
+            if failures:
+                log.info("%s: %s reached again after %.0f s", name, chat.key,
+                         loop.time() - down_since)
+            return result

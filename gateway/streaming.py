@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.budget import SendBudget
@@ -28,6 +28,7 @@ from platforms.base import (
     Undeliverable,
 )
 from platforms.text import FENCE_CLOSE
+from storage.base import SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,14 @@ class LiveReply:
     def __init__(self, chat: ChatRef, adapter: PlatformAdapter, budget: SendBudget, mode: str,
                  *, interval_s: float, reply_to: str | None, draft_id: int,
                  metrics: Metrics, renderer: Renderer,
+                 on_preview: Callable[[int, str], Awaitable[None]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.chat = chat
         self.adapter = adapter
         self.renderer = renderer
+        # Each preview message, recorded as soon as it exists: a crash must never leave one
+        # half-written for good (docs/architecture.md, "Streaming").
+        self.on_preview = on_preview
         self.budget = budget
         self.mode = mode
         self.interval_s = 0.0 if mode == "append" else interval_s  # a terminal has no limits
@@ -212,11 +217,13 @@ class LiveReply:
             await self.adapter.send_draft(chat, self.draft_id + index, chunk)
             self._draft = (index, chunk)
         elif update.kind == "send":
-            message_id = await self.adapter.send(chat, chunk,
-                                                 self.reply_to if index == 0 else None)
+            message_id = await self.adapter.send_preview(chat, chunk,
+                                                         self.reply_to if index == 0 else None)
             if message_id is None:
                 raise Undeliverable("the platform gave no message id to edit")
             self._shown.append((message_id, chunk))
+            if self.on_preview is not None:
+                await self.on_preview(index, message_id)
         else:
             await self.adapter.edit(chat, self._shown[index][0], chunk)
             self._shown[index] = (self._shown[index][0], chunk)
@@ -226,12 +233,14 @@ class Streaming:
     """Opens a LiveReply for a turn where streaming is on and the platform can show one."""
 
     def __init__(self, settings: StreamSettings, adapters: dict[str, PlatformAdapter],
-                 budgets: dict[str, SendBudget], metrics: Metrics, renderer: Renderer) -> None:
+                 budgets: dict[str, SendBudget], metrics: Metrics, renderer: Renderer,
+                 store: SessionStore | None = None) -> None:
         self.settings = settings
         self.adapters = adapters
         self.budgets = budgets
         self.metrics = metrics
         self.renderer = renderer
+        self.store = store
 
     def open(self, chat: ChatRef, reply_to: str | None, draft_id: int) -> LiveReply | None:
         adapter = self.adapters.get(chat.platform)
@@ -240,8 +249,13 @@ class Streaming:
         mode = adapter.stream_mode(chat)
         if mode is None:
             return None
+        store = self.store
+        record = (None if store is None or mode != "edit" else
+                  lambda position, message_id: store.record_preview(draft_id, position,
+                                                                    message_id))
         live = LiveReply(chat, adapter, self.budgets[chat.platform], mode,
                          interval_s=self.settings.interval_s, reply_to=reply_to,
-                         draft_id=draft_id, metrics=self.metrics, renderer=self.renderer)
+                         draft_id=draft_id, metrics=self.metrics, renderer=self.renderer,
+                         on_preview=record)
         live.start()
         return live

@@ -158,7 +158,8 @@ def telegram_settings(config: Config) -> TelegramSettings:
     return TelegramSettings(
         token=tg.token, mode=tg.mode, base_url=tg.base_url, base_file_url=tg.base_file_url,
         webhook_url=tg.webhook.url, listen=tg.webhook.listen, port=tg.webhook.port,
-        secret_token=tg.webhook.secret_token, require_mention=tg.require_mention)
+        secret_token=tg.webhook.secret_token, require_mention=tg.require_mention,
+        send_timeout_s=tg.send_timeout_s)
 
 
 def discord_settings(config: Config) -> DiscordSettings:

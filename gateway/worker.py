@@ -134,12 +134,16 @@ class ChatWorker:
 
     async def _answer(self, chat_key: str, running: Running) -> None:
         jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
-        chat, records = jobs[0].chat, await self._retried([job.record for job in jobs])
+        records = await self._retried([job.record for job in jobs])
+        chat = self.outbound.moves.resolve(jobs[0].chat)  # where the chat lives now
+        chat_key = chat.key
         if not records:
             return
         notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
         if notice:
             await self.outbound.send(chat, notice)
+        if any(r.status == "taken" for r in records):  # a turn cut short: its previews go
+            await self._clear_previews(chat, records)
         try:
             records, parts = await self._read_attachments(chat, running, records)
         except Stopped:
@@ -268,17 +272,32 @@ class ChatWorker:
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
     async def _deliver(self, chat: ChatRef, records: list[InboundRecord],
-                       reply: Sequence[Delivery], live: LiveReply | None = None) -> None:
+                       reply: Sequence[Delivery], live: LiveReply | None = None, *,
+                       recovered: bool = False) -> None:
         """Send a stored reply; the store marks its messages answered with the last chunk.
         Previews of a streamed reply become its chunks; previews left over go."""
         if live is not None:
             await live.settle()
-        if not await self.outbound.deliver(chat, reply, records[-1].message_id):
+        if not await self.outbound.deliver(chat, reply, records[-1].message_id,
+                                           just_stored=not recovered):
             self.metrics.undelivered.labels(chat.platform).inc()
             log.warning("chat %s: part of a reply could not be sent; the rest goes out after "
                         "a restart", chat.key)
-        if live is not None:
-            await self.outbound.discard(chat, live.previews[len(reply):])
+        if recovered or (live is not None and live.previews):  # any previews left over?
+            used = {c.platform_message_id for c in reply if c.platform_message_id}
+            await self._clear_previews(chat, records, keep=used)
+
+    async def _clear_previews(self, chat: ChatRef, records: Sequence[InboundRecord], *,
+                              keep: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """Remove the previews recorded for these messages that the reply does not use:
+        left over by a shorter final text, or by a turn a crash or a stop cut short."""
+        ids = [r.id for r in records]
+        shown = await self.store.previews(ids)
+        if not shown:
+            return
+        leftover = [m for found in shown.values() for m in found if m not in keep]
+        await self.outbound.discard(chat, leftover)
+        await self.store.forget_previews(ids)
 
     async def _not_answered(self, chat: ChatRef, records: list[InboundRecord],
                             reason: str | None, live: LiveReply | None = None) -> None:
@@ -289,10 +308,14 @@ class ChatWorker:
         previews = live.previews if live else ()
         if not failed:
             await self.outbound.discard(chat, previews)
+            if previews:
+                await self._clear_previews(chat, records)
             return  # the router answers these together with the newer message
         text = STOPPED if reason == "stop" else GENERIC_FAILURE
         await self.outbound.replace(chat, previews, text,
                                     None if reason == "stop" else records[-1].message_id)
+        if previews:
+            await self._clear_previews(chat, records, keep=set(previews[:1]))
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
     async def _resend(self, job: ResendJob) -> None:
@@ -300,7 +323,7 @@ class ChatWorker:
         records = list(job.records)
         chunks = await self.store.deliveries(records[-1].id)
         if chunks:
-            await self._deliver(job.chat, records, chunks)
+            await self._deliver(job.chat, records, chunks, recovered=True)
         else:  # stored but never recorded for delivery: nothing reliable to resend
             await self.outbound.send(job.chat, CUT_OFF, records[-1].message_id)
             await self.store.finish_inbound([r.id for r in records], "answered")

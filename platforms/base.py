@@ -131,8 +131,21 @@ class PlatformDown(SendError):
     """A transient failure (network, 5xx): worth trying again later."""
 
 
+class SendUnknown(PlatformDown):
+    """The request went out and no answer came: the platform may have taken it. Sending
+    again may show it twice; editing again is harmless."""
+
+
 class Undeliverable(SendError):
     """A permanent refusal (blocked by the user, chat gone, bad request): do not retry."""
+
+
+class ChatMoved(SendError):
+    """The chat lives under another id now (a Telegram group became a supergroup)."""
+
+    def __init__(self, new_chat_id: str) -> None:
+        super().__init__(f"the chat moved to {new_chat_id}")
+        self.new_chat_id = new_chat_id
 
 
 class DownloadError(Exception):
@@ -209,6 +222,13 @@ class PlatformAdapter(ABC):
     @abstractmethod
     async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None) -> str | None:
         """Send one message; return its platform message id. Raises SendError kinds."""
+
+    async def send_preview(self, chat: ChatRef, chunk: Chunk,
+                           reply_to: str | None = None) -> str | None:
+        """Send the first message of a reply shown while written ("edit" mode). Like
+        `send`, but an adapter may wait longer for the answer: a preview whose message id
+        never comes back could not be edited into the final reply, and would stay."""
+        return await self.send(chat, chunk, reply_to)
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """An attachment's bytes. Raises FileTooLarge past `max_bytes` (or the platform's

@@ -158,6 +158,38 @@ class SessionStore(ABC):
         With the reply's last chunk the inbound messages it answers become answered."""
 
     @abstractmethod
+    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
+        """A send of the chunk begins. If an earlier one began and never got an answer (a
+        crash, a timeout), the platform may have that one: this send is marked
+        `maybe_sent` (docs/architecture.md, "Sending")."""
+
+    @abstractmethod
+    async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
+        """The send that began certainly did not reach the platform (it refused, or could
+        not be reached)."""
+
+    @abstractmethod
+    async def move_chat(self, platform: str, old_chat_id: str, new_chat_id: str) -> None:
+        """The platform moved a chat to a new id (a group became a supergroup): its
+        conversation, and replies still on their way, continue there."""
+
+    @abstractmethod
+    async def chat_moves(self) -> dict[tuple[str, str], str]:
+        """Every move so far: (platform, old chat id) -> new chat id."""
+
+    @abstractmethod
+    async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:
+        """A streamed preview was sent for the turn answering `inbound_id`."""
+
+    @abstractmethod
+    async def previews(self, inbound_ids: list[int]) -> dict[int, list[str]]:
+        """The previews recorded for these turns, in order."""
+
+    @abstractmethod
+    async def forget_previews(self, inbound_ids: list[int]) -> None:
+        """Those previews are dealt with (part of a stored reply, or removed)."""
+
+    @abstractmethod
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
         """Which of these stored replies still have chunks waiting to be sent."""
 

@@ -42,8 +42,10 @@ TABLES: tuple[tuple[str, str], ...] = (
                 " received_at, status, message_row_id, extra, reply_row_id, attempts"),
     ("chats", "chat_key, session_id, updated_at"),
     ("deliveries", "inbound_id, chunk, reply_row_id, text, entities, status,"
-                   " platform_message_id, sent_at"),
+                   " platform_message_id, sent_at, sending, maybe_sent"),
     ("settings", "key, value, updated_at"),
+    ("chat_moves", "platform, old_chat_id, new_chat_id, moved_at"),
+    ("previews", "inbound_id, position, platform_message_id"),
 )
 _IDENTITIES = ("messages", "usage", "inbound")
 

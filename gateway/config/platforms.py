@@ -28,6 +28,10 @@ class TelegramConfig(Section):
     base_file_url: OptStr = None
     webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
     require_mention: bool = True
+    # How long a call waits for the Bot API's answer. A message Telegram took but answered
+    # late must not be sent twice; past this, the send's outcome is unknown
+    # (docs/architecture.md, "Sending").
+    send_timeout_s: float = Field(30.0, gt=0, le=600)
 
     @model_validator(mode="after")
     def _enabled_needs(self) -> TelegramConfig:

@@ -14,13 +14,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from telegram import BotCommand, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
 
 from platforms.base import (
     Attachment,
+    ChatMoved,
     ChatRef,
     Chunk,
     Handler,
@@ -29,6 +38,7 @@ from platforms.base import (
     PlatformDown,
     RateLimited,
     SendLimits,
+    SendUnknown,
     Undeliverable,
 )
 from platforms.telegram import files
@@ -46,6 +56,7 @@ log = logging.getLogger(__name__)
 TELEGRAM_LIMITS = SendLimits(per_chat_interval_s=1.0, per_group_per_minute=20,
                              per_bot_per_second=30)
 ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE]
+PREVIEW_TIMEOUT_S = 120.0  # a preview's answer is waited for this long (see send_preview)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class TelegramSettings:
     port: int = 8443
     secret_token: str | None = None
     require_mention: bool = True
+    send_timeout_s: float = 30.0
     poll_timeout_s: float = 10.0
 
 
@@ -79,8 +91,12 @@ class TelegramAdapter(PlatformAdapter):
         # A webhook's updates are handled concurrently (the gateway keeps each chat in order
         # itself); our poller hands them over one at a time, each confirmed once stored.
         # PTB's own Updater is not used (polling.py says why).
+        # Calls wait `send_timeout_s` for Telegram's answer: a slow Bot API that takes a
+        # message and answers late must not look like a failure (the message would be sent
+        # again and show twice).
         builder = (ApplicationBuilder().token(settings.token).concurrent_updates(True)
-                   .updater(None))
+                   .updater(None).read_timeout(settings.send_timeout_s)
+                   .write_timeout(settings.send_timeout_s))
         if settings.base_url:
             builder = builder.base_url(settings.base_url)
         if settings.base_file_url:
@@ -194,15 +210,25 @@ class TelegramAdapter(PlatformAdapter):
         except BadRequest as exc:
             raise Undeliverable(f"telegram: {exc}") from exc
 
-    async def _send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None) -> str:
+    async def _send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None,
+                    read_timeout: float | None = None) -> str:
         entities = _entities(chunk)
         reply = (ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
                  if reply_to else None)
-        with _errors_as_kinds():
+        waits = {} if read_timeout is None else {"read_timeout": read_timeout}  # else default
+        with _errors_as_kinds(taken_maybe=True):
             sent = await self.app.bot.send_message(
                 chat_id=int(chat.chat_id), text=chunk.text, entities=entities or None,
-                reply_parameters=reply, message_thread_id=_thread(chat))
+                reply_parameters=reply, message_thread_id=_thread(chat), **waits)
         return str(sent.message_id)
+
+    async def send_preview(self, chat: ChatRef, chunk: Chunk,
+                           reply_to: str | None = None) -> str:
+        # Waits long for the answer: the preview is edited into the final reply by its id.
+        try:
+            return await self._send(chat, chunk, reply_to, PREVIEW_TIMEOUT_S)
+        except BadRequest as exc:
+            raise Undeliverable(f"telegram: {exc}") from exc
 
     # --- a reply shown while it is written -----------------------------------------------
     def stream_mode(self, chat: ChatRef) -> str:
@@ -274,12 +300,20 @@ def _entities(chunk: Chunk) -> list[MessageEntity]:
     return [MessageEntity.de_json(dict(e), None) for e in chunk.entities]
 
 
+# httpx errors raised after the request went out: Telegram may have acted on it.
+_AFTER_SENDING = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.ReadError, httpx.WriteError,
+                  httpx.RemoteProtocolError)
+
+
 class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a phrase
     """PTB's errors as the gateway's send error kinds; BadRequest passes through unless
-    `bad_request`, when it is a refusal for good like the rest."""
+    `bad_request`, when it is a refusal for good like the rest. `taken_maybe`: a call
+    Telegram may have carried out though no answer came is a SendUnknown (a message sent
+    twice would show twice; an edit repeated changes nothing)."""
 
-    def __init__(self, *, bad_request: bool = False) -> None:
+    def __init__(self, *, bad_request: bool = False, taken_maybe: bool = False) -> None:
         self.bad_request = bad_request
+        self.taken_maybe = taken_maybe
 
     def __enter__(self) -> None:
         return None
@@ -295,7 +329,11 @@ class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a 
             raise RateLimited(retry_after_s(exc), "telegram flood control") from exc
         if isinstance(exc, Forbidden):
             raise Undeliverable(f"telegram: {exc}") from exc
+        if isinstance(exc, ChatMigrated):
+            raise ChatMoved(str(exc.new_chat_id)) from exc
         if isinstance(exc, NetworkError):
+            if self.taken_maybe and isinstance(exc.__cause__, _AFTER_SENDING):
+                raise SendUnknown(f"telegram: no answer in time ({exc})") from exc
             raise PlatformDown(f"telegram: {exc}") from exc
         if isinstance(exc, TelegramError):
             raise PlatformDown(f"telegram: {exc}") from exc

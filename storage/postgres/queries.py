@@ -96,10 +96,37 @@ RETRY_INBOUND = ("UPDATE inbound SET attempts = attempts + 1 WHERE id = ANY($1::
                  f" AND {_OPEN}")
 DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
                  " FROM deliveries WHERE inbound_id = $1 ORDER BY chunk")
-MARK_DELIVERED = ("UPDATE deliveries SET status = $1, platform_message_id = $2, sent_at = $3"
+MARK_DELIVERED = ("UPDATE deliveries SET status = $1, platform_message_id = $2, sent_at = $3,"
+                  " sending = 0"
                   " WHERE inbound_id = $4 AND chunk = $5 AND status = 'pending'")
 UNDELIVERED = ("SELECT DISTINCT reply_row_id FROM deliveries"
                " WHERE reply_row_id = ANY($1::bigint[]) AND status = 'pending'")
+SENDING = ("UPDATE deliveries SET maybe_sent = GREATEST(maybe_sent, sending), sending = 1"
+           " WHERE inbound_id = $1 AND chunk = $2")
+NOT_SENT = "UPDATE deliveries SET sending = 0 WHERE inbound_id = $1 AND chunk = $2"
+CHAT_MOVES = "SELECT platform, old_chat_id, new_chat_id FROM chat_moves"
+ADD_PREVIEW = ("INSERT INTO previews (inbound_id, position, platform_message_id)"
+               " VALUES ($1, $2, $3) ON CONFLICT (inbound_id, position)"
+               " DO UPDATE SET platform_message_id = EXCLUDED.platform_message_id")
+PREVIEWS_OF = ("SELECT inbound_id, platform_message_id FROM previews"
+               " WHERE inbound_id = ANY($1::bigint[]) ORDER BY inbound_id, position")
+FORGET_PREVIEWS = "DELETE FROM previews WHERE inbound_id = ANY($1::bigint[])"
+
+
+async def move_chat(con: Con, platform: str, old_chat_id: str, new_chat_id: str,
+                    now: float) -> None:
+    """As `storage/sqlite/queries.py`'s `move_chat`."""
+    old, new = f"{platform}:{old_chat_id}", f"{platform}:{new_chat_id}"
+    await con.execute("INSERT INTO chat_moves (platform, old_chat_id, new_chat_id, moved_at)"
+                      " VALUES ($1, $2, $3, $4) ON CONFLICT (platform, old_chat_id)"
+                      " DO UPDATE SET new_chat_id = EXCLUDED.new_chat_id,"
+                      " moved_at = EXCLUDED.moved_at", platform, old_chat_id, new_chat_id, now)
+    if await con.fetchval("SELECT 1 FROM chats WHERE chat_key = $1", new) is None:
+        await con.execute("UPDATE sessions SET chat_key = $1 WHERE chat_key = $2", new, old)
+        await con.execute("UPDATE chats SET chat_key = $1 WHERE chat_key = $2", new, old)
+    await con.execute("UPDATE inbound SET chat_key = $1 WHERE chat_key = $2", new, old)
+
+
 GET_SETTING = "SELECT value FROM settings WHERE key = $1"
 PUT_SETTING = ("INSERT INTO settings (key, value, updated_at) VALUES ($1, $2, $3)"
                " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
@@ -283,6 +310,7 @@ async def insert_delivery(con: Con, inbound_id: int, reply: StoredMessage,
     if chunks:
         await con.executemany(
             "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
-            " platform_message_id) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-            [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of)
-             for i, c in enumerate(chunks)])
+            " platform_message_id, sending) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            " ON CONFLICT DO NOTHING",  # `sending` as in the SQLite store's insert_delivery
+            [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of,
+              int(i == 0 and c.edit_of is None)) for i, c in enumerate(chunks)])

@@ -161,7 +161,26 @@ _V2_LEASES = (
 # Turns started on each inbound message (storage/sqlite/schema.py, schema 9).
 _V3_ATTEMPTS = ("ALTER TABLE inbound ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS)
+# Replies on their way (storage/sqlite/schema.py, schema 10).
+_V4_DELIVERY_FAULTS = (
+    "ALTER TABLE deliveries ADD COLUMN sending INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE deliveries ADD COLUMN maybe_sent INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE chat_moves (
+        platform TEXT NOT NULL,
+        old_chat_id TEXT NOT NULL,
+        new_chat_id TEXT NOT NULL,
+        moved_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (platform, old_chat_id)
+    )""",
+    """CREATE TABLE previews (
+        inbound_id BIGINT NOT NULL REFERENCES inbound(id),
+        position INTEGER NOT NULL,
+        platform_message_id TEXT NOT NULL,
+        PRIMARY KEY (inbound_id, position)
+    )""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DELIVERY_FAULTS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -313,7 +313,8 @@ def update_pending_text(db: sqlite3.Connection, key: tuple[str, str, str],
 # --- deliveries ---------------------------------------------------------------------------------
 DELIVERY_COLUMNS = "inbound_id, chunk, text, entities, status, platform_message_id"
 DELIVERIES_OF = f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE inbound_id = ? ORDER BY chunk"
-MARK_DELIVERED = ("UPDATE deliveries SET status = ?, platform_message_id = ?, sent_at = ?"
+MARK_DELIVERED = ("UPDATE deliveries SET status = ?, platform_message_id = ?, sent_at = ?,"
+                  " sending = 0"
                   " WHERE inbound_id = ? AND chunk = ? AND status = 'pending'")
 UNDELIVERED = (f"SELECT DISTINCT reply_row_id FROM deliveries WHERE reply_row_id {IN_IDS}"
                " AND status = 'pending'")
@@ -322,14 +323,41 @@ UNDELIVERED = (f"SELECT DISTINCT reply_row_id FROM deliveries WHERE reply_row_id
 def insert_delivery(db: sqlite3.Connection, inbound_id: int, reply: StoredMessage,
                           chunks: Sequence[OutChunk]) -> None:
     """Record a reply's chunks as pending (a redelivered turn keeps the first record); a
-    chunk that replaces a streamed preview carries the preview's message id."""
+    chunk that replaces a streamed preview carries the preview's message id. The first new
+    message is marked `sending` already: it is sent right after this commits, and marking
+    it here saves a trip (a crash before it is sent only makes its resend a maybe)."""
     if not chunks:
         return
     db.executemany(
         "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
-        " platform_message_id) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of)
-         for i, c in enumerate(chunks)])
+        " platform_message_id, sending) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of,
+          int(i == 0 and c.edit_of is None)) for i, c in enumerate(chunks)])
+
+
+# Before a send: a send begun before without an answer makes this one a maybe-duplicate.
+SENDING = ("UPDATE deliveries SET maybe_sent = max(maybe_sent, sending), sending = 1"
+           " WHERE inbound_id = ? AND chunk = ?")
+NOT_SENT = "UPDATE deliveries SET sending = 0 WHERE inbound_id = ? AND chunk = ?"
+CHAT_MOVES = "SELECT platform, old_chat_id, new_chat_id FROM chat_moves"
+ADD_PREVIEW = ("INSERT OR REPLACE INTO previews (inbound_id, position, platform_message_id)"
+               " VALUES (?, ?, ?)")
+PREVIEWS_OF = (f"SELECT inbound_id, platform_message_id FROM previews WHERE inbound_id {IN_IDS}"
+               " ORDER BY inbound_id, position")
+FORGET_PREVIEWS = f"DELETE FROM previews WHERE inbound_id {IN_IDS}"
+
+
+def move_chat(db: sqlite3.Connection, platform: str, old_chat_id: str, new_chat_id: str,
+              now: float) -> None:
+    """The chat continues under its new id: the move noted, its sessions and ledger rows
+    under the new key (unless the new key already has a conversation of its own)."""
+    old, new = f"{platform}:{old_chat_id}", f"{platform}:{new_chat_id}"
+    db.execute("INSERT OR REPLACE INTO chat_moves (platform, old_chat_id, new_chat_id,"
+               " moved_at) VALUES (?, ?, ?, ?)", (platform, old_chat_id, new_chat_id, now))
+    if db.execute("SELECT 1 FROM chats WHERE chat_key = ?", (new,)).fetchone() is None:
+        db.execute("UPDATE sessions SET chat_key = ? WHERE chat_key = ?", (new, old))
+        db.execute("UPDATE chats SET chat_key = ? WHERE chat_key = ?", (new, old))
+    db.execute("UPDATE inbound SET chat_key = ? WHERE chat_key = ?", (new, old))
 
 
 GET_SETTING = "SELECT value FROM settings WHERE key = ?"

@@ -215,10 +215,32 @@ _V8_TURN_INDEXES = (
 # every time is skipped instead of retried forever.
 _V9_ATTEMPTS = ("ALTER TABLE inbound ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",)
 
+# Schema 10: what happens to replies on their way. A chunk being sent (`sending`, set before
+# the call and cleared by its answer), and one sent again whose earlier send had no answer
+# (the platform may show it twice: `maybe_sent`); chats the platform moved to a new id;
+# streamed previews, kept from the moment they are sent, so none stays half-written.
+_V10_DELIVERY_FAULTS = (
+    "ALTER TABLE deliveries ADD COLUMN sending INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE deliveries ADD COLUMN maybe_sent INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE chat_moves (
+        platform TEXT NOT NULL,
+        old_chat_id TEXT NOT NULL,
+        new_chat_id TEXT NOT NULL,
+        moved_at REAL NOT NULL,
+        PRIMARY KEY (platform, old_chat_id)
+    )""",
+    """CREATE TABLE previews (
+        inbound_id INTEGER NOT NULL REFERENCES inbound(id),
+        position INTEGER NOT NULL,
+        platform_message_id TEXT NOT NULL,
+        PRIMARY KEY (inbound_id, position)
+    )""",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
                                            _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY,
                                            _V7_ATTACHMENT_SEARCH, _V8_TURN_INDEXES,
-                                           _V9_ATTEMPTS)
+                                           _V9_ATTEMPTS, _V10_DELIVERY_FAULTS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

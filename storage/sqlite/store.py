@@ -335,6 +335,36 @@ class SqliteSessionStore(SessionStore):
                   inbound_id, chunk)
         await self._write_statement(q.MARK_DELIVERED, params)
 
+    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
+        await self._write_statement(q.SENDING, (inbound_id, chunk))
+
+    async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
+        await self._write_statement(q.NOT_SENT, (inbound_id, chunk))
+
+    async def move_chat(self, platform: str, old_chat_id: str, new_chat_id: str) -> None:
+        def work(db: Db) -> None:
+            q.move_chat(db, platform, old_chat_id, new_chat_id, time.time())
+        await self._conn.submit(work, write=True)
+        self._live.clear()  # keyed by chat: the moved one is under another key now
+
+    async def chat_moves(self) -> dict[tuple[str, str], str]:
+        found = await self._read(lambda db: q.fetch_all(db, q.CHAT_MOVES, (), tuple))
+        return {(platform, old): new for platform, old, new in found}
+
+    async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:
+        await self._write_statement(q.ADD_PREVIEW, (inbound_id, position, message_id))
+
+    async def previews(self, inbound_ids: list[int]) -> dict[int, list[str]]:
+        ids = json.dumps(list(inbound_ids))
+        found = await self._read(lambda db: q.fetch_all(db, q.PREVIEWS_OF, (ids,), tuple))
+        shown: dict[int, list[str]] = {}
+        for inbound_id, message_id in found:
+            shown.setdefault(inbound_id, []).append(message_id)
+        return shown
+
+    async def forget_previews(self, inbound_ids: list[int]) -> None:
+        await self._write_statement(q.FORGET_PREVIEWS, (json.dumps(list(inbound_ids)),))
+
     async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
         ids = json.dumps(list(reply_row_ids))
         found = await self._read(lambda db: q.fetch_all(db, q.UNDELIVERED, (ids,),

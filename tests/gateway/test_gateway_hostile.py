@@ -19,6 +19,7 @@ from tests.harness.gateway import (
     started_gateway,
 )
 from tests.harness.platform import RecordingPlatform
+from tests.harness.waiting import eventually
 
 CHAT = "test:1"
 
@@ -52,16 +53,18 @@ async def test_status_usage_and_a_message_together_make_one_root_session(tmp_pat
     assert "hello" in history and "echo: hello" in history
 
 
-async def test_a_reply_the_platform_refused_is_delivered_after_a_restart(tmp_path, fake_openai):
+async def test_a_reply_the_platform_refused_until_shutdown_is_delivered_after_a_restart(
+        tmp_path, fake_openai):
     config = config_for(tmp_path, fake_openai.base_url)
     platform = RecordingPlatform()
-    platform.failing_sends = 3  # the first try and both retries
+    platform.failing_sends = 10**6  # down for as long as this process runs
     gw = await started_gateway(config, [platform])
     try:
         await platform.say("hello", message_id="5")
-        await platform.wait_delivered(1)
+        await fake_openai.wait_for_call("/chat/completions")
+        await asyncio.sleep(2)  # a few tries
     finally:
-        await close(gw)
+        await close(gw)  # the drain ends the tries; the reply stays stored
     assert platform.texts() == []
     again = await after_restart(config, 1)
     assert again.texts() == ["echo: hello"]
@@ -376,11 +379,13 @@ async def test_a_reply_cut_short_sends_exactly_its_missing_chunks_after_a_restar
     fake_openai.responder = lambda body: " ".join(words)  # about 600 characters
     config = config_for(tmp_path, fake_openai.base_url)
     platform = RecordingPlatform(max_message_length=100)
-    platform.fail_after, platform.failing_sends = 2, 3  # chunks 1-2 go, chunk 3 never does
+    # Chunks 1-2 go; then the platform is down for as long as this process runs.
+    platform.fail_after, platform.failing_sends = 2, 10**6
     gw = await started_gateway(config, [platform])
     try:
         await platform.say("talk to me", message_id="40")
-        await platform.wait_delivered(1)
+        await eventually(lambda: len(platform.sent) == 2)
+        await asyncio.sleep(1.5)  # a try or two at chunk 3
         live = await gw.store.live_session(CHAT)
     finally:
         await close(gw)
