@@ -102,6 +102,9 @@ def _convert(markdown: str) -> tuple[str, list[MessageEntity]]:
 
 
 # --- keeping what the model wrote --------------------------------------------------------
+# CommonMark autolinks (`<https://example.com>`, `<someone@example.com>`): real syntax, kept.
+_AUTOLINK = re.compile(r"<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>"
+                       r"|<[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*>")
 _ENTITY_REF = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _SAFE_MARKS = frozenset("?,'\"/@%^{};")  # punctuation Markdown gives no meaning
 
@@ -131,7 +134,7 @@ def protect(markdown: str) -> str:
     """The Markdown with text that only looks like markup escaped, outside code.
 
     `<` is escaped (`\\<`), so `List<String>` or a line of HTML stays text instead of
-    being read as an HTML tag and dropped. `||` pairs are escaped unless they enclose a
+    being read as an HTML tag and dropped; an autolink (`<https://...>`) stays a link. `||` pairs are escaped unless they enclose a
     spoiler on one line (`||hidden||`, no space just inside either pair), which becomes
     the converter's spoiler tags here, so its own spoiler pattern never runs.
     Linear: one parse for the code regions, then one pass over each region between them.
@@ -177,6 +180,10 @@ def _protect_line(line: str) -> str:
         if at in spoilers:
             pieces.append(spoilers[at])
             at += 2
+            continue
+        if ch == "<" and (link := _AUTOLINK.match(line, at)) is not None:
+            pieces.append(link.group())
+            at = link.end()
             continue
         if ch == "<" or (ch == "|" and line.startswith("||", at)):
             if not _escaped(line, at):
