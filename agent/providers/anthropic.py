@@ -11,7 +11,14 @@ import anthropic
 from agent.attachments.parts import is_attachment, placeholder
 from agent.errors import AuthError, EmptyReplyError, plain_error
 from agent.messages import public_keys
-from agent.providers.base import Completion, Provider, ProviderSettings, TextSink, unchecked
+from agent.providers.base import (
+    Completion,
+    Provider,
+    ProviderSettings,
+    TextSink,
+    blank,
+    unchecked,
+)
 from agent.providers.classify import sdk_errors
 from agent.usage import from_anthropic
 
@@ -286,7 +293,7 @@ class AnthropicProvider(Provider):
         response = await (self._create(request) if on_text is None
                           else self._stream(request, on_text))
         message = from_anthropic_content(response.content or [])
-        if not message["content"] and not message.get("tool_calls"):
+        if blank(message["content"]) and not message.get("tool_calls"):
             raise EmptyReplyError(f"anthropic: empty reply (stop_reason={response.stop_reason})",
                                   provider=self.kind)
         usage = response.usage

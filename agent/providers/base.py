@@ -96,6 +96,12 @@ class Provider(ABC):
         """Release connections or model memory."""
 
 
+def blank(text: Any) -> bool:
+    """Whether a reply's text says nothing: absent, empty or only whitespace. A blank reply
+    is the provider's empty answer everywhere (shown, stored and counted as one)."""
+    return not (text.strip() if isinstance(text, str) else text)
+
+
 # Parameters sent as they are, not through the SDK's typed transform: it walks every message
 # and tool schema against its TypedDicts, on the event loop, at 1-2 ms a message (a chat of
 # 1,000 messages held every other chat up for over a second per turn). `extra_body` is the

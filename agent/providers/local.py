@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.errors import EmptyReplyError, ProviderError, ProviderUnavailableError
 from agent.messages import content_text
-from agent.providers.base import Completion, Provider, ProviderSettings, TextSink
+from agent.providers.base import Completion, Provider, ProviderSettings, TextSink, blank
 from agent.providers.classify import ErrorInfo, length_error
 from agent.usage import from_openai_chat
 
@@ -217,7 +217,7 @@ class LocalProvider(Provider):
     def _to_completion(self, response: dict[str, Any]) -> Completion:
         choice = (response.get("choices") or [{}])[0]
         content = ((choice.get("message") or {}).get("content") or "").strip()
-        if not content:
+        if blank(content):
             raise EmptyReplyError("local: the model produced no text", provider=self.kind)
         usage = response.get("usage") or {}
         return Completion(

@@ -14,7 +14,14 @@ from agent.errors import (
     ProviderError,
 )
 from agent.messages import public_keys
-from agent.providers.base import Completion, Provider, ProviderSettings, TextSink, unchecked
+from agent.providers.base import (
+    Completion,
+    Provider,
+    ProviderSettings,
+    TextSink,
+    blank,
+    unchecked,
+)
 from agent.providers.classify import sdk_errors
 from agent.usage import from_openai_chat
 
@@ -186,7 +193,7 @@ class OpenAICompatProvider(Provider):
 
     def _streamed_completion(self, reply: _StreamedReply) -> Completion:
         message = reply.message()
-        if not message["content"] and not message.get("tool_calls"):
+        if blank(message["content"]) and not message.get("tool_calls"):
             raise EmptyReplyError(
                 f"openai: empty reply (finish_reason={reply.finish_reason})", provider=self.kind)
         return Completion(message=message, usage=from_openai_chat(reply.usage),
@@ -199,7 +206,7 @@ class OpenAICompatProvider(Provider):
         choice = choices[0]
         content = getattr(choice.message, "content", None)
         calls = _tool_calls(choice.message)
-        if not content and not calls:
+        if blank(content) and not calls:
             raise EmptyReplyError(
                 f"openai: empty reply (finish_reason={choice.finish_reason})", provider=self.kind)
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
