@@ -89,7 +89,7 @@ async def test_twenty_kills_while_ten_chats_talk_lose_and_repeat_nothing(
         db, "SELECT i.chat_id, i.message_id FROM deliveries d JOIN inbound i "
             "ON i.id = d.inbound_id WHERE d.maybe_sent = 1")}
     duplicates, skipped = [], 0
-    for user, ids in pushed.items():
+    for user in pushed:
         replies = fake_telegram.messages(user)
         targets = [r.reply_to for r in replies if r.reply_to is not None]
         skipped += sum(r.text == SKIPPED for r in replies)
