@@ -28,21 +28,14 @@ from discord.http import Route
 from tests.harness import discord_payloads as p
 from tests.harness.base import FakeServer, json_response
 from tests.harness.discord_gateway import GatewayMixin
-from tests.harness.discord_payloads import APP_ID, BOT_ID, DEFAULT_USER_ID, LOADING, ApiError
-from tests.harness.discord_world import (
-    Callback,
-    InteractionState,
-    SentMessage,
-    WorldMixin,
-    is_ephemeral,
-)
+from tests.harness.discord_interactions import InteractionsMixin
+from tests.harness.discord_payloads import APP_ID, BOT_ID, DEFAULT_USER_ID, ApiError
+from tests.harness.discord_world import Callback, SentMessage, WorldMixin, is_ephemeral
 
 __all__ = ["APP_ID", "BOT_ID", "DEFAULT_TOKEN", "DEFAULT_USER_ID", "Callback", "FakeDiscord",
            "SentMessage", "patched_endpoints"]
 
 DEFAULT_TOKEN = "MTMxMDAwMDAwMDAwMDAwMDAwMQ.GfAkE0.threadline-fake-discord-token"
-TRUE = ("1", "true", "True")
-CALLBACK_TYPES = (4, 5, 6, 7, 8, 9, 12)
 Handler = Callable[[web.Request], Awaitable[Any]]  # returns JSON, or None for a 204
 
 
@@ -66,7 +59,7 @@ def patched_endpoints(fake: FakeDiscord) -> Iterator[FakeDiscord]:
         Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = old_base, old_gateway
 
 
-class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
+class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
     """Discord fake. The world: `guilds`, `channels`, `users`, `stored` (messages by id).
     What the bot did: `outbox`, `callbacks`, `typing`, `command_syncs`, `rate_limited`."""
 
@@ -337,92 +330,3 @@ class FakeDiscord(GatewayMixin, WorldMixin, FakeServer):
         self.commands[scope] = [p.app_command(c, old.get(c["name"]) or self.ids.next(),
                                               self.ids.next(), scope) for c in body]
         return self.commands[scope]
-
-    # --- REST: interactions and their webhooks ----------------------------------------------
-    async def _callback(self, request: web.Request) -> Any:
-        state = self.interactions.get(request.match_info["iid"])
-        if state is None or state.token != request.match_info["token"]:
-            raise p.unknown("interaction")
-        payload, files = await p.read_body(request)
-        seen = Callback(state.id, payload.get("type"), payload.get("data") or {},
-                        time.monotonic() - state.dispatched_at)
-        try:
-            message = await self._acknowledge(state, seen, files)
-        except ApiError as error:
-            self.callbacks.append(dataclasses.replace(seen, status=error.status,
-                                                      code=error.code))
-            await self._notify()
-            raise
-        self.callbacks.append(seen)
-        await self._notify()
-        if request.query.get("with_response") not in TRUE:
-            return None
-        return p.callback_response(state.id, seen.type or 0, message)
-
-    async def _acknowledge(self, state: InteractionState, seen: Callback,
-                           files: p.Files) -> dict[str, Any] | None:
-        """Discord's order: acknowledged once (40060), within the deadline (10062)."""
-        if state.acked:
-            raise ApiError(400, 40060, "Interaction has already been acknowledged.")
-        if seen.elapsed > self.interaction_deadline_s:
-            raise p.unknown("interaction")
-        if seen.type not in CALLBACK_TYPES:
-            raise p.form_error(["type"], "BASE_TYPE_CHOICES",
-                               f"Value must be one of {set(CALLBACK_TYPES)}.")
-        message = None
-        if seen.type == 4:
-            message = self._create(state.channel_id, seen.data, files, state, ("data",))
-        elif seen.type == 5:  # a "thinking…" original, filled by an edit or the 1st follow-up
-            flags = LOADING | int(seen.data.get("flags") or 0)
-            message = self._create(state.channel_id, {"content": "", "flags": flags}, [],
-                                   state, check=False)
-            state.filled = False
-        state.acked = True
-        if message is not None:
-            state.original_id = message["id"]
-            if seen.type == 4:
-                await self._sent(message, seen.data, "callback", state)
-            elif not is_ephemeral(message):
-                self._announce("MESSAGE_CREATE", self._on_gateway(message))
-        return message
-
-    def _hook(self, request: web.Request) -> InteractionState:
-        """The interaction behind a webhook token; 10015 unless it was acknowledged."""
-        token = request.match_info["token"]
-        state = next((s for s in self.interactions.values() if s.token == token), None)
-        if request.match_info["app"] != APP_ID or state is None or not state.acked:
-            raise p.unknown("Webhook")
-        return state
-
-    def _hook_message(self, request: web.Request) -> tuple[InteractionState, dict[str, Any]]:
-        state, message_id = self._hook(request), request.match_info["mid"]
-        if message_id == "@original":
-            message_id = state.original_id or ""
-        if message_id not in state.message_ids or message_id not in self.stored:
-            raise p.unknown("Message")
-        return state, self.stored[message_id]
-
-    async def _followup(self, request: web.Request) -> Any:
-        state = self._hook(request)
-        payload, files = await p.read_body(request)
-        original = self.stored.get(state.original_id or "")
-        if not state.filled and original is not None:  # the 1st follow-up replaces "thinking…"
-            message = await self._edit(original, payload, files, "followup", state)
-            state.filled = True
-        else:
-            message = self._create(state.channel_id, payload, files, state)
-            await self._sent(message, payload, "followup", state)
-        return message if request.query.get("wait") in TRUE else None
-
-    async def _get_hook_message(self, request: web.Request) -> Any:
-        return self._hook_message(request)[1]
-
-    async def _patch_hook_message(self, request: web.Request) -> Any:
-        state, message = self._hook_message(request)
-        payload, files = await p.read_body(request)
-        edited = await self._edit(message, payload, files, "edit", state)
-        state.filled = state.filled or message["id"] == state.original_id
-        return edited
-
-    async def _delete_hook_message(self, request: web.Request) -> Any:
-        await self._delete(self._hook_message(request)[1])
