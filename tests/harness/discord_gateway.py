@@ -7,9 +7,15 @@ client missed, then RESUMED. Frames are TEXT, in order (one writer task per conn
 
 Knobs act on the live connection: op 7 `reconnect()`, op 9 `invalidate_session()`,
 `zombie()` (no ACKs and no dispatches, which discord.py notices after its
-`heartbeat_timeout`), `drop()` (the socket aborts). Delivery follows the session's
-intents: no MESSAGE_CREATE without GUILD_MESSAGES/DIRECT_MESSAGES, and empty content in
-guilds without MESSAGE_CONTENT unless the message mentions (or comes from) the bot.
+`heartbeat_timeout`), `drop()` (the socket aborts), `close_gateway(code)` (a close frame
+with that code); `refuse_identify(code)` closes every IDENTIFY and RESUME with `code` until
+`refuse_identify(None)`; `close_codes` lists every code the fake sent.
+
+Delivery follows the session's intents as far as the application's flags grant them
+(`granted`): no MESSAGE_CREATE without GUILD_MESSAGES/DIRECT_MESSAGES, and empty content in
+guilds without MESSAGE_CONTENT unless the message mentions (or comes from) the bot. An
+IDENTIFY asking for a privileged intent the application lacks is closed with 4014, as on
+Discord (`enforce_privileged_intents = False` lets it in, with that intent withheld).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 from tests.harness.discord_payloads import (
+    APP_FLAGS_MEMBERS,
+    APP_FLAGS_MESSAGE_CONTENT,
+    APP_FLAGS_PRESENCE,
     BOT_ID,
     INTENT_DM_MESSAGES,
     INTENT_GUILD_MEMBERS,
@@ -36,11 +45,37 @@ from tests.harness.discord_payloads import (
 DISPATCH, HEARTBEAT, IDENTIFY, PRESENCE, VOICE_STATE = 0, 1, 2, 3, 4
 RESUME, RECONNECT, REQUEST_MEMBERS, INVALID_SESSION, HELLO, HEARTBEAT_ACK = 6, 7, 8, 9, 10, 11
 MEMBER_EVENTS = frozenset({"GUILD_MEMBER_ADD", "GUILD_MEMBER_UPDATE", "GUILD_MEMBER_REMOVE"})
+# A privileged intent and the application flags (full or limited) that allow it.
+PRIVILEGED = {INTENT_GUILD_PRESENCES: APP_FLAGS_PRESENCE, INTENT_GUILD_MEMBERS: APP_FLAGS_MEMBERS,
+              INTENT_MESSAGE_CONTENT: APP_FLAGS_MESSAGE_CONTENT}
+CONTENT_FIELDS = ("content", "embeds", "attachments", "components")
 Frame = dict[str, Any]
 
 
 def op_frame(op: int, d: Any = None) -> Frame:
     return {"op": op, "d": d, "s": None, "t": None}
+
+
+def granted(intents: int, app_flags: int) -> int:
+    """The intents a session gets: privileged ones only with their application flag."""
+    return intents & ~sum(bit for bit, flags in PRIVILEGED.items() if not app_flags & flags)
+
+
+def content_visible(data: dict[str, Any], in_guild: bool) -> bool:
+    """Discord's rule without MESSAGE_CONTENT: content shows in DMs, in messages that
+    mention the bot and in the bot's own."""
+    mentioned = any(m.get("id") == BOT_ID for m in data.get("mentions") or [])
+    from_bot = (data.get("author") or {}).get("id") == BOT_ID
+    return not in_guild or mentioned or from_bot
+
+
+def redacted(data: dict[str, Any]) -> dict[str, Any]:
+    """A message with its content fields emptied (a forward's snapshots too)."""
+    shown = {**data, **{k: "" if k == "content" else [] for k in CONTENT_FIELDS}}
+    if data.get("message_snapshots"):
+        shown["message_snapshots"] = [{"message": redacted(s["message"])}
+                                      for s in data["message_snapshots"]]
+    return shown
 
 
 def visible(intents: int, event: str, data: dict[str, Any]) -> dict[str, Any] | None:
@@ -49,10 +84,8 @@ def visible(intents: int, event: str, data: dict[str, Any]) -> dict[str, Any] | 
         in_guild = "guild_id" in data
         if not intents & (INTENT_GUILD_MESSAGES if in_guild else INTENT_DM_MESSAGES):
             return None
-        mentioned = any(m.get("id") == BOT_ID for m in data.get("mentions") or [])
-        from_bot = (data.get("author") or {}).get("id") == BOT_ID
-        if in_guild and not intents & INTENT_MESSAGE_CONTENT and not (mentioned or from_bot):
-            return {**data, "content": "", "embeds": [], "attachments": [], "components": []}
+        if not intents & INTENT_MESSAGE_CONTENT and not content_visible(data, in_guild):
+            return redacted(data)
     if event in MEMBER_EVENTS and not intents & INTENT_GUILD_MEMBERS:
         return None
     if event == "GUILD_CREATE" and not intents & INTENT_GUILD_PRESENCES:
@@ -115,6 +148,8 @@ class GatewayMixin:
 
     token: str
     heartbeat_interval_ms: int
+    app_flags: int
+    enforce_privileged_intents: bool
 
     def _init_gateway(self) -> None:
         self.sessions: dict[str, Session] = {}
@@ -122,6 +157,8 @@ class GatewayMixin:
         self.identify_payloads: list[dict[str, Any]] = []
         self.resume_payloads: list[dict[str, Any]] = []
         self.identifies = self.resumes = self.rejected_resumes = 0
+        self.close_codes: list[int] = []  # every close code the fake sent, in order
+        self.identify_close_code: int | None = None  # set by refuse_identify()
         self.connections = self.heartbeats = 0
         self._conns: list[Connection] = []
         self._gateway_changed = asyncio.Condition()
@@ -174,6 +211,14 @@ class GatewayMixin:
         """Abort the live socket without a close frame."""
         self.live.abort()
 
+    async def close_gateway(self, code: int) -> None:
+        """Close the live connection with `code` (after the frames already queued)."""
+        await self._close_with(self.live, code)
+
+    def refuse_identify(self, code: int | None) -> None:
+        """Close every IDENTIFY and RESUME with `code` from now on; None: stop."""
+        self.identify_close_code = code
+
     async def wait_identified(self, count: int = 1,
                               timeout: float = 5.0) -> None:  # noqa: ASYNC109
         await self._wait_gateway(lambda: self.identifies >= count, f"{count} IDENTIFY", timeout)
@@ -195,7 +240,7 @@ class GatewayMixin:
 
     # --- internals ------------------------------------------------------------------------
     def _dispatch_to(self, session: Session, event: str, data: dict[str, Any]) -> int | None:
-        shown = visible(session.intents, event, data)
+        shown = visible(granted(session.intents, self.app_flags), event, data)
         if shown is None:
             return None
         session.seq += 1
@@ -243,17 +288,35 @@ class GatewayMixin:
         elif op == REQUEST_MEMBERS and conn.session is not None:
             self._members_chunk(conn.session, d or {})
         elif op not in (PRESENCE, VOICE_STATE):
-            conn.close(4001)  # Unknown opcode
+            await self._close_with(conn, 4001)  # Unknown opcode
+
+    async def _close_with(self, conn: Connection, code: int) -> None:
+        conn.accepting = False
+        conn.close(code)
+        self.close_codes.append(code)
+        await self._notify_gateway()
+
+    async def _refused(self, conn: Connection, d: dict[str, Any]) -> bool:
+        """Close codes that end an IDENTIFY or RESUME before it starts."""
+        code = self.identify_close_code
+        if code is None and d.get("token") != self.token:
+            code = 4004  # Authentication failed
+        if code is not None:
+            await self._close_with(conn, code)
+        return code is not None
 
     async def _identify(self, conn: Connection, d: dict[str, Any]) -> None:
-        if d.get("token") != self.token:
-            conn.close(4004)  # Authentication failed
+        if await self._refused(conn, d):
             return
         if conn.session is not None:
-            conn.close(4005)  # Already authenticated
+            await self._close_with(conn, 4005)  # Already authenticated
+            return
+        intents = int(d.get("intents") or 0)
+        if self.enforce_privileged_intents and granted(intents, self.app_flags) != intents:
+            await self._close_with(conn, 4014)  # Disallowed intent(s)
             return
         self.identify_payloads.append(d)
-        session = Session(secrets.token_hex(16), int(d.get("intents") or 0), conn=conn)
+        session = Session(secrets.token_hex(16), intents, conn=conn)
         self.sessions[session.session_id] = self.session = conn.session = session
         ready = self._ready_data(session.session_id)
         if d.get("shard") is not None:  # Discord echoes a sharded IDENTIFY's [id, count]
@@ -265,8 +328,7 @@ class GatewayMixin:
         await self._notify_gateway()
 
     async def _resume(self, conn: Connection, d: dict[str, Any]) -> None:
-        if d.get("token") != self.token:
-            conn.close(4004)
+        if await self._refused(conn, d):
             return
         self.resume_payloads.append(d)
         session = self.sessions.get(d.get("session_id") or "")

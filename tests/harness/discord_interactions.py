@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from tests.harness import discord_commands as c
 from tests.harness import discord_payloads as p
 from tests.harness.discord_payloads import APP_ID, LOADING, ApiError
 from tests.harness.discord_world import Callback, InteractionState, is_ephemeral
@@ -63,7 +64,7 @@ class InteractionsMixin:
         await self._notify()
         if request.query.get("with_response") not in TRUE:
             return None
-        return p.callback_response(state.id, seen.type or 0, message)
+        return c.callback_response(state.id, seen.type or 0, message)
 
     async def _acknowledge(self, state: InteractionState, seen: Callback,
                            files: p.Files) -> dict[str, Any] | None:

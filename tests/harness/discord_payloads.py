@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import mimetypes
-import re
 import struct
 import time
 from collections.abc import Iterable
@@ -48,6 +47,14 @@ INTENT_GUILD_PRESENCES = 1 << 8
 INTENT_GUILD_MESSAGES = 1 << 9
 INTENT_DM_MESSAGES = 1 << 12
 INTENT_MESSAGE_CONTENT = 1 << 15
+
+# Application flags: each privileged intent's bit for verified apps and its "limited" bit
+# (an unverified app whose developer-portal toggle is on). Neither: the intent is off.
+APP_FLAGS_PRESENCE = (1 << 12) | (1 << 13)
+APP_FLAGS_MEMBERS = (1 << 14) | (1 << 15)
+GATEWAY_MESSAGE_CONTENT, GATEWAY_MESSAGE_CONTENT_LIMITED = 1 << 18, 1 << 19
+APP_FLAGS_MESSAGE_CONTENT = GATEWAY_MESSAGE_CONTENT | GATEWAY_MESSAGE_CONTENT_LIMITED
+APP_FLAGS = (1 << 13) | (1 << 15) | GATEWAY_MESSAGE_CONTENT_LIMITED  # all three toggled on
 
 EPHEMERAL = 1 << 6
 LOADING = 1 << 7
@@ -164,19 +171,6 @@ def check_message_body(body: dict[str, Any], *, prefix: tuple[str, ...] = (),
     if not (content or has_files or body.get("embeds") or body.get("sticker_ids")
             or body.get("components") or body.get("poll") or body.get("attachments")):
         raise ApiError(400, 50006, "Cannot send an empty message")
-
-
-def check_command(command: dict[str, Any], index: str) -> None:
-    """A slash command's name (1-32 lower-case word characters) and description (1-100)."""
-    if command.get("type", 1) != 1:
-        return
-    name = command.get("name") or ""
-    if not re.fullmatch(r"[-_'\w]{1,32}", name) or name != name.lower():
-        raise form_error((index, "name"), "APPLICATION_COMMAND_INVALID_NAME",
-                         "Command name is invalid")
-    if not 1 <= len(command.get("description") or "") <= 100:
-        raise form_error((index, "description"), "BASE_TYPE_BAD_LENGTH",
-                         "Must be between 1 and 100 in length.")
 
 
 async def read_json(request: web.Request) -> Any:
@@ -354,69 +348,16 @@ def attachment(attachment_id: str, channel_id: str, filename: str, size: int, *,
     return data
 
 
-def application() -> dict[str, Any]:
+def application(flags: int = APP_FLAGS) -> dict[str, Any]:
     """`GET /oauth2/applications/@me`: enough for discord.AppInfo, no interactions URL."""
     return {
         "id": APP_ID, "name": BOT_NAME, "description": "", "icon": None,
         "summary": "", "type": None, "hook": True, "bot_public": True,
-        "bot_require_code_grant": False, "verify_key": "0" * 64, "flags": 1 << 19,
+        "bot_require_code_grant": False, "verify_key": "0" * 64, "flags": flags,
         "owner": user(OWNER_ID, "owner"), "team": None, "bot": bot_user(),
         "rpc_origins": [], "redirect_uris": [], "tags": [], "interactions_endpoint_url": None,
         "role_connections_verification_url": None, "approximate_guild_count": 1,
         "integration_types_config": {"0": {}}, "install_params": None}
-
-
-def app_command(body: dict[str, Any], command_id: str, version: str,
-                guild_id: str | None) -> dict[str, Any]:
-    """A command as Discord stores it after a sync."""
-    data = {"type": 1, "default_member_permissions": None, "nsfw": False,
-            "contexts": None, "integration_types": [0], "options": [], **body,
-            "id": command_id, "application_id": APP_ID, "version": version}
-    if guild_id is not None:
-        data["guild_id"] = guild_id
-    return data
-
-
-def command_options(options: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Interaction options: str → type 3, bool → 5, int → 4, float → 10."""
-    result = []
-    for name, value in (options or {}).items():
-        kind = (5 if isinstance(value, bool) else 4 if isinstance(value, int)
-                else 10 if isinstance(value, float) else 3)
-        result.append({"name": name, "type": kind, "value": value})
-    return result
-
-
-def interaction(interaction_id: str, token: str, command: dict[str, Any],
-                channel: dict[str, Any], *, user_data: dict[str, Any],
-                member_data: dict[str, Any] | None, app_permissions: int) -> dict[str, Any]:
-    """INTERACTION_CREATE for an application command: `member` in guilds, `user` in DMs."""
-    data: dict[str, Any] = {
-        "id": interaction_id, "application_id": APP_ID, "type": 2, "data": command,
-        "token": token, "version": 1, "channel": channel, "channel_id": channel["id"],
-        "app_permissions": str(app_permissions), "locale": "en-US", "entitlements": [],
-        "entitlement_sku_ids": [], "attachment_size_limit": ATTACHMENT_LIMIT}
-    guild_id = channel.get("guild_id")
-    if guild_id is None:  # a DM with the bot
-        return {**data, "user": user_data, "context": 1,
-                "authorizing_integration_owners": {"0": "0"}}
-    return {**data, "guild_id": guild_id, "member": member_data, "guild_locale": "en-US",
-            "guild": {"id": guild_id, "locale": "en-US", "features": []}, "context": 0,
-            "authorizing_integration_owners": {"0": guild_id}}
-
-
-def callback_response(interaction_id: str, kind: int,
-                      message: dict[str, Any] | None) -> dict[str, Any]:
-    """An InteractionCallbackResponse (`?with_response=1`): what discord.py's
-    `InteractionCallbackResponse` reads, with the created message as the resource."""
-    answer: dict[str, Any] = {"id": interaction_id, "type": 2,
-                              "response_message_loading": kind == 5,
-                              "response_message_ephemeral": bool(
-                                  message and message["flags"] & EPHEMERAL)}
-    if message is None:
-        return {"interaction": answer, "resource": {"type": kind}}
-    answer["response_message_id"] = message["id"]
-    return {"interaction": answer, "resource": {"type": kind, "message": message}}
 
 
 def rate_limited(retry_after: float, bucket: str, *, is_global: bool = False) -> web.Response:

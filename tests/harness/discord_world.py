@@ -1,8 +1,8 @@
 """The fake Discord's state: users, guilds, channels, messages, commands, interactions.
 
 `WorldMixin` builds the world (`add_guild`, `add_channel`, ...; ids are snowflake
-strings), pushes user events (`user_message`, with attachments the fake's CDN serves;
-`interaction`) and answers the gateway's
+strings), pushes user events (`user_message`, with attachments the fake's CDN serves, or
+only into history with `dispatch=False`; `interaction`) and answers the gateway's
 questions (READY, GUILD_CREATE, member chunks). Changes made after the client connected
 are announced (CHANNEL_CREATE, THREAD_CREATE, ...). `SentMessage` and `Callback` record
 what the bot did.
@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tests.harness import discord_commands as c
 from tests.harness import discord_payloads as p
 from tests.harness.discord_payloads import (
     APP_ID,
@@ -47,6 +48,7 @@ class SentMessage:
     interaction_id: str | None = None
     attachments: tuple[str, ...] = ()  # file names
     embeds: tuple[dict[str, Any], ...] = ()
+    nonce: int | str | None = None  # as sent
 
     @property
     def ephemeral(self) -> bool:
@@ -90,6 +92,8 @@ class WorldMixin:
     """State and world-building for FakeDiscord (which supplies `_announce`, `dispatch`)."""
 
     if TYPE_CHECKING:
+        app_flags: int
+
         @property
         def gateway_url(self) -> str: ...
         @property
@@ -191,10 +195,11 @@ class WorldMixin:
                            author_id: str = DEFAULT_USER_ID, mentions_bot: bool = False,
                            mention_ids: Iterable[str] = (), reply_to: str | None = None,
                            author_is_bot: bool = False,
-                           attachments: Iterable[AttachmentFile | tuple[Any, ...]] = ()
-                           ) -> str:
+                           attachments: Iterable[AttachmentFile | tuple[Any, ...]] = (),
+                           dispatch: bool = True) -> str:
         """Dispatch MESSAGE_CREATE from a user; returns its id. A reply pings (mentions)
-        the replied-to author, as Discord's default reply does.
+        the replied-to author, as Discord's default reply does. `dispatch=False`: the
+        message only joins the channel's history (written while the bot was offline).
 
         `attachments`: AttachmentFile objects or (filename, data[, content_type[, size]])
         tuples; each gets a signed URL on the fake's CDN (`GET /attachments/...`), which
@@ -224,7 +229,8 @@ class WorldMixin:
         if target is not None:
             message["referenced_message"] = quoted(target)
         self.stored[message["id"]] = message
-        await self.dispatch("MESSAGE_CREATE", self._on_gateway(message))
+        if dispatch:
+            await self.dispatch("MESSAGE_CREATE", self._on_gateway(message))
         return message["id"]
 
     async def interaction(self, name: str, options: dict[str, Any] | None, channel_id: str, *,
@@ -236,7 +242,7 @@ class WorldMixin:
         guild_id = channel.get("guild_id")
         command = self._command(name, guild_id)
         data: dict[str, Any] = {"id": command["id"] if command else self.ids.next(),
-                                "name": name, "type": 1, "options": p.command_options(options)}
+                                "name": name, "type": 1, "options": c.command_options(options)}
         if command is not None and command.get("guild_id"):
             data["guild_id"] = command["guild_id"]
         member = None
@@ -247,7 +253,7 @@ class WorldMixin:
         state = InteractionState(self.ids.next(), secrets.token_urlsafe(48), channel_id,
                                  time.monotonic())
         self.interactions[state.id] = state
-        await self.dispatch("INTERACTION_CREATE", p.interaction(
+        await self.dispatch("INTERACTION_CREATE", c.interaction(
             state.id, state.token, data, channel, user_data=self._user(user_id),
             member_data=member, app_permissions=p.BOT_PERMISSIONS))
         return state.id
@@ -266,7 +272,7 @@ class WorldMixin:
         return {"v": 10, "user": p.bot_user(), "session_id": session_id,
                 "session_type": "normal", "resume_gateway_url": self.gateway_url,
                 "guilds": [{"id": guild_id, "unavailable": True} for guild_id in self.guilds],
-                "application": {"id": APP_ID, "flags": p.application()["flags"]},
+                "application": {"id": APP_ID, "flags": self.app_flags},
                 "private_channels": [], "relationships": [], "presences": [],
                 "guild_join_requests": [], "geo_ordered_rtc_regions": ["local"],
                 "user_settings": {}, "_trace": ["fake-discord"]}
@@ -351,13 +357,19 @@ class WorldMixin:
         return edited
 
     async def _delete(self, message: dict[str, Any]) -> None:
-        del self.stored[message["id"]]
-        self.deleted.append(message["id"])
+        self._forget(message)
         if not is_ephemeral(message):
             gateway = self._on_gateway(message)
             self._announce("MESSAGE_DELETE", {k: gateway[k] for k in ("id", "channel_id",
                                                                      "guild_id") if k in gateway})
         await self._notify()
+
+    def _forget(self, message: dict[str, Any]) -> None:
+        """A deleted message is gone, and so are its attachments on the CDN."""
+        del self.stored[message["id"]]
+        self.deleted.append(message["id"])
+        for a in message["attachments"]:
+            self.cdn.pop((message["channel_id"], a["id"], a["filename"]), None)
 
     async def _sent(self, message: dict[str, Any], payload: dict[str, Any], via: str,
                     state: InteractionState | None = None, *,
@@ -367,7 +379,8 @@ class WorldMixin:
             message["id"], message["channel_id"], message["content"],
             payload.get("allowed_mentions"), payload.get("message_reference"),
             message["flags"], via, time.monotonic(), state.id if state else None,
-            tuple(a["filename"] for a in message["attachments"]), tuple(message["embeds"]))
+            tuple(a["filename"] for a in message["attachments"]), tuple(message["embeds"]),
+            payload.get("nonce"))
         self.outbox.append(sent)
         self.outbox_by_channel.setdefault(sent.channel_id, []).append(sent)
         if not is_ephemeral(message):

@@ -1,12 +1,51 @@
 """Fake Discord (REST under /api/v10 and the gateway at /gateway) for the real discord.py.
 
 Point discord.py at it with `patched_endpoints(fake)`. Build the world first (`add_guild`,
-`add_channel`, `add_thread`, `add_role`, `add_member`, `dm_channel`), then push events
-(`user_message`, `interaction`) and read what the bot did (`messages`, `callbacks`,
+`add_channel`, `add_thread`, `add_role`, `add_member`, `dm_channel`, `group_dm`), then push
+events (`user_message`, `interaction`) and read what the bot did (`messages`, `callbacks`,
 `followups`, `typing_count`). REST answers follow Discord's rules: 2000 characters,
 no empty messages, one callback per interaction within `interaction_deadline_s`, and
 webhooks only after an acknowledgement. Messages the bot sends come back to it as
 MESSAGE_CREATE, as on Discord. The gateway lives in `discord_gateway.py`.
+
+Knobs for Discord's edges (what discord.py 2.7 makes of them in brackets):
+- System messages (`discord_events.py`): `pin_notice`, `join_notice`, `boost_notice`,
+  `thread_created_notice`, `rename_notice`, `recipient_notice`, `call_notice`,
+  `automod_notice`, `poll_result_notice`; `system_message(channel, kind)` for any type.
+  [`message.type` is the `discord.MessageType` of Discord's number (`SYSTEM_TYPES` in
+  `discord_messages.py`); `is_system()` is True for all of them but `poll_result`, which
+  discord.py counts as ordinary (like default, reply and the command types);
+  `system_content` renders the English line; a group DM's messages land in a DMChannel.]
+- Forwards: `forward_message(channel, source_id | content=, attachments=)`: empty content,
+  `message_reference.type` 1, flag 1 << 14, one `message_snapshots` entry. [`reference.type`
+  is `MessageReferenceType.forward`, `flags.forwarded`; `message.message_snapshots` is a
+  list of `MessageSnapshot` with `type content embeds attachments created_at edited_at flags
+  stickers components` (no id, author or channel); its Attachments `read()` from the CDN.
+  A snapshot without `edited_timestamp` raises KeyError out of `Client.connect()`: the
+  fake sends null.]
+- Deletes: `delete_message(id)` (MESSAGE_DELETE), `delete_messages(ids)` (MESSAGE_DELETE_BULK,
+  one guild channel); GET answers 10008 afterwards and the CDN drops the files.
+  [`on_message_delete` / `on_bulk_message_delete` for messages in the client's cache,
+  `on_raw_*` always.]
+- History: `GET /channels/{id}/messages` (`discord_history.py`); `user_message(...,
+  dispatch=False)` writes while the bot is offline. [`channel.history()` works in every
+  direction; `after=` yields oldest first.]
+- Nonces: `nonce`/`enforce_nonce` on creates (`discord_history.py`). [`send(nonce=...)`
+  always sets `enforce_nonce`; `Message.nonce` on the answer and the echo, None on GETs.]
+- Fatal closes: `close_gateway(code)` now, `refuse_identify(code)` on every IDENTIFY and
+  RESUME until `refuse_identify(None)`. [`Client.connect()` raises
+  `discord.errors.ConnectionClosed` (`.code`) for 4004, 4010, 4011, 4012, 4013 and closes
+  the client; `discord.errors.PrivilegedIntentsRequired` for 4014; never `LoginFailure`,
+  which only `login()` raises on a REST 401. Any other code is resumed.]
+- Application flags: `app_flags`, `set_message_content_intent(enabled, limited=True)`;
+  READY carries them too. Off: an IDENTIFY with the intent is closed with 4014; without it,
+  guild messages arrive (and REST reads return) without content, embeds, attachments and
+  components unless they mention the bot or are the bot's; DMs keep theirs.
+  [`(await client.application_info()).flags`, `client.application_flags`.]
+- Commands: `GET /applications/{app}/commands`; `delete_registered_commands(guild_id=None)`.
+- REST outages: `fail_for(path_substring, status, seconds)`, `answer_late(path_substring,
+  seconds)` (`discord_faults.py`). [500/502/504 are retried after 1, 3, 5, 7 s, then
+  `DiscordServerError`; a 503 is `DiscordServerError` at once.]
 """
 
 from __future__ import annotations
@@ -25,9 +64,13 @@ from aiohttp import web
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
+from tests.harness import discord_commands as c
 from tests.harness import discord_payloads as p
 from tests.harness.base import FakeServer, json_response
+from tests.harness.discord_events import EventsMixin
+from tests.harness.discord_faults import FaultsMixin
 from tests.harness.discord_gateway import GatewayMixin
+from tests.harness.discord_history import HistoryMixin
 from tests.harness.discord_interactions import InteractionsMixin
 from tests.harness.discord_payloads import APP_ID, BOT_ID, DEFAULT_USER_ID, ApiError
 from tests.harness.discord_world import Callback, SentMessage, WorldMixin, is_ephemeral
@@ -59,7 +102,8 @@ def patched_endpoints(fake: FakeDiscord) -> Iterator[FakeDiscord]:
         Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = old_base, old_gateway
 
 
-class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
+class FakeDiscord(FaultsMixin, HistoryMixin, EventsMixin, InteractionsMixin, GatewayMixin,
+                  WorldMixin, FakeServer):
     """Discord fake. The world: `guilds`, `channels`, `users`, `stored` (messages by id).
     What the bot did: `outbox`, `callbacks`, `typing`, `command_syncs`, `rate_limited`."""
 
@@ -77,6 +121,8 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
         self._cdn_failures: list[int] = []
         self._init_world()
         self._init_gateway()
+        self._init_history()
+        self._init_faults()
 
     @property
     def api_base(self) -> str:
@@ -111,6 +157,8 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
         super().reset()
         self._rate_limits.clear()
         self._cdn_failures.clear()
+        self._outages.clear()
+        self._late.clear()
 
     # --- what the bot did -------------------------------------------------------------------
     def messages(self, channel_id: str | None = None) -> list[SentMessage]:
@@ -173,6 +221,7 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
             ("GET", "/gateway/bot", self._get_gateway, bot),
             ("POST", "/users/@me/channels", self._open_dm, bot),
             ("GET", "/channels/{cid}", self._get_channel, bot),
+            ("GET", "/channels/{cid}/messages", self._get_history, bot),
             ("POST", "/channels/{cid}/messages", self._post_message, bot),
             ("GET", "/channels/{cid}/messages/{mid}", self._get_message, bot),
             ("PATCH", "/channels/{cid}/messages/{mid}", self._patch_message, bot),
@@ -207,13 +256,23 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
 
     def _guard(self, handler: Handler, auth: bool) -> Callable[[web.Request],
                                                                Awaitable[web.Response]]:
-        """Auth, injected 429s, ApiError → Discord's error body, JSON or 204 out."""
+        """Outages, auth, injected 429s, ApiError → Discord's error body, JSON or 204 out,
+        late answers."""
         async def guarded(request: web.Request) -> web.Response:
-            if auth and request.headers.get("Authorization") != f"Bot {self.token}":
-                return json_response({"message": "401: Unauthorized", "code": 0}, 401)
+            refused = self._outage(request)
+            if refused is None and auth and (request.headers.get("Authorization")
+                                             != f"Bot {self.token}"):
+                refused = json_response({"message": "401: Unauthorized", "code": 0}, 401)
+            if refused is not None:
+                return refused
             limited = self._take_rate_limit(request)
             if limited is not None:
                 return limited
+            response = await answer(request)
+            await self._answer_late(request)
+            return response
+
+        async def answer(request: web.Request) -> web.Response:
             try:
                 result = await handler(request)
             except ApiError as error:
@@ -259,7 +318,7 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
         return self.users[BOT_ID]
 
     async def _get_app(self, request: web.Request) -> Any:
-        return p.application()
+        return p.application(self.app_flags)
 
     async def _get_gateway(self, request: web.Request) -> Any:
         return {"url": self.gateway_url, "shards": 1, "session_start_limit": {
@@ -276,7 +335,11 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
         channel_id = request.match_info["cid"]
         self._channel(channel_id)
         payload, files = await p.read_body(request)
+        earlier = self._replayed(channel_id, payload)  # an enforced nonce seen before
+        if earlier is not None:
+            return earlier
         message = self._create(channel_id, payload, files)
+        self._remember_nonce(message, payload)
         await self._sent(message, payload, "channel")
         return message
 
@@ -289,7 +352,7 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
         return message
 
     async def _get_message(self, request: web.Request) -> Any:
-        return self._channel_message(request)
+        return self.rest_view(self._channel_message(request))
 
     async def _patch_message(self, request: web.Request) -> Any:
         message = self._channel_message(request)
@@ -324,9 +387,9 @@ class FakeDiscord(InteractionsMixin, GatewayMixin, WorldMixin, FakeServer):
         if not isinstance(body, list):
             raise p.form_error([], "BASE_TYPE_ARRAY", "Must be an array.")
         for index, command in enumerate(body):
-            p.check_command(command, str(index))
+            c.check_command(command, str(index))
         self.command_syncs.append(body)
-        old = {c["name"]: c["id"] for c in self.commands.get(scope, [])}
-        self.commands[scope] = [p.app_command(c, old.get(c["name"]) or self.ids.next(),
-                                              self.ids.next(), scope) for c in body]
+        old = {cmd["name"]: cmd["id"] for cmd in self.commands.get(scope, [])}
+        self.commands[scope] = [c.app_command(cmd, old.get(cmd["name"]) or self.ids.next(),
+                                              self.ids.next(), scope) for cmd in body]
         return self.commands[scope]
