@@ -145,6 +145,11 @@ class SessionStore(ABC):
         one chat or all; a taken row with `reply_row_id` has its reply stored but not yet
         delivered."""
 
+    @abstractmethod
+    async def latest_inbound(self, platform: str) -> list[InboundRecord]:
+        """The newest ledger row of each chat of a platform, whatever its status: where a
+        catch-up after a restart starts reading."""
+
     # --- deliveries ------------------------------------------------------------------
     @abstractmethod
     async def deliveries(self, inbound_id: int) -> list[Delivery]:

@@ -89,6 +89,8 @@ _ONE_INBOUND = "WHERE platform = $1 AND chat_id = $2 AND message_id = $3"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
 INBOUND_BY_IDS = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = ANY($1::bigint[])"
                   " ORDER BY received_at, id")
+LATEST_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id IN"
+                  " (SELECT MAX(id) FROM inbound WHERE platform = $1 GROUP BY chat_key)")
 OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
                 " AND ($1::text IS NULL OR chat_key = $1) ORDER BY received_at, id")
 FINISH_INBOUND = f"UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[]) AND {_OPEN}"

@@ -25,7 +25,6 @@ from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
     ChatActivity,
     ChatSummary,
-    Delivery,
     InboundRecord,
     NewMessage,
     SearchHit,
@@ -38,6 +37,7 @@ from storage.models import (
 from storage.postgres import continuation, schema
 from storage.postgres import queries as q
 from storage.postgres.coordination import PostgresCoordination
+from storage.postgres.deliveries import DeliveryRows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,7 +59,7 @@ def display_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresSessionStore(SessionStore):
+class PostgresSessionStore(DeliveryRows, SessionStore):
     """`storage: {url: postgresql://user@host/db}`: a store several processes share."""
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10,
@@ -338,43 +338,8 @@ class PostgresSessionStore(SessionStore):
     async def open_inbound(self, chat_key: str | None = None) -> list[InboundRecord]:
         return [rows.inbound_record(row) for row in await self.fetch(q.OPEN_INBOUND, chat_key)]
 
-    # --- deliveries ------------------------------------------------------------------
-    async def deliveries(self, inbound_id: int) -> list[Delivery]:
-        return [rows.delivery(row) for row in await self.fetch(q.DELIVERIES_OF, inbound_id)]
-
-    async def mark_delivered(self, inbound_id: int, chunk: int,
-                             platform_message_id: str | None, *, failed: bool = False) -> None:
-        await self._execute(q.MARK_DELIVERED, "failed" if failed else "sent",
-                            platform_message_id, time.time(), inbound_id, chunk)
-
-    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
-        await self._execute(q.SENDING, inbound_id, chunk)
-
-    async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
-        await self._execute(q.NOT_SENT, inbound_id, chunk)
-
-    async def move_chat(self, platform: str, old_chat_id: str, new_chat_id: str) -> None:
-        await self._run(lambda con: q.move_chat(con, platform, old_chat_id, new_chat_id,
-                                                time.time()))
-        self._live.clear()  # keyed by chat: the moved one is under another key now
-
-    async def chat_moves(self) -> dict[tuple[str, str], str]:
-        return {(row[0], row[1]): row[2] for row in await self.fetch(q.CHAT_MOVES)}
-
-    async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:
-        await self._execute(q.ADD_PREVIEW, inbound_id, position, message_id)
-
-    async def previews(self, inbound_ids: list[int]) -> dict[int, list[str]]:
-        shown: dict[int, list[str]] = {}
-        for row in await self.fetch(q.PREVIEWS_OF, list(inbound_ids)):
-            shown.setdefault(row[0], []).append(row[1])
-        return shown
-
-    async def forget_previews(self, inbound_ids: list[int]) -> None:
-        await self._execute(q.FORGET_PREVIEWS, list(inbound_ids))
-
-    async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
-        return {row[0] for row in await self.fetch(q.UNDELIVERED, list(reply_row_ids))}
+    async def latest_inbound(self, platform: str) -> list[InboundRecord]:
+        return [rows.inbound_record(row) for row in await self.fetch(q.LATEST_INBOUND, platform)]
 
     # --- usage -----------------------------------------------------------------------
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None:

@@ -277,6 +277,8 @@ INGEST = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, s
 _ONE_INBOUND = "WHERE platform = ? AND chat_id = ? AND message_id = ?"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
 INBOUND_BY_IDS = f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id {IN_IDS} ORDER BY received_at, id"
+LATEST_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id IN"
+                  " (SELECT MAX(id) FROM inbound WHERE platform = ? GROUP BY chat_key)")
 OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
                 " AND (?1 IS NULL OR chat_key = ?1) ORDER BY received_at, id")
 # The columns `rows.usage_totals` reads, summed over the selected usage rows.

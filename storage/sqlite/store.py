@@ -24,7 +24,6 @@ from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
     ChatActivity,
     ChatSummary,
-    Delivery,
     InboundRecord,
     NewMessage,
     SearchHit,
@@ -37,6 +36,7 @@ from storage.models import (
 from storage.sqlite import continuation, integrity
 from storage.sqlite import queries as q
 from storage.sqlite.connection import Db, SqliteConnection
+from storage.sqlite.deliveries import DeliveryRows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,7 +46,7 @@ LIGHT_HISTORY = 500  # messages a history may have to be read on the loop itself
 _RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
 
 
-class SqliteSessionStore(SessionStore):
+class SqliteSessionStore(DeliveryRows, SessionStore):
     """The embedded store: `async with SqliteSessionStore(path) as store: ...`."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
@@ -324,52 +324,9 @@ class SqliteSessionStore(SessionStore):
             lambda db: q.fetch_all(db, q.OPEN_INBOUND, (chat_key,), rows.inbound_record),
             heavy=chat_key is None)
 
-    # --- deliveries ------------------------------------------------------------------
-    async def deliveries(self, inbound_id: int) -> list[Delivery]:
-        return await self._read(
-            lambda db: q.fetch_all(db, q.DELIVERIES_OF, (inbound_id,), rows.delivery))
-
-    async def mark_delivered(self, inbound_id: int, chunk: int,
-                             platform_message_id: str | None, *, failed: bool = False) -> None:
-        params = ("failed" if failed else "sent", platform_message_id, time.time(),
-                  inbound_id, chunk)
-        await self._write_statement(q.MARK_DELIVERED, params)
-
-    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
-        await self._write_statement(q.SENDING, (inbound_id, chunk))
-
-    async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
-        await self._write_statement(q.NOT_SENT, (inbound_id, chunk))
-
-    async def move_chat(self, platform: str, old_chat_id: str, new_chat_id: str) -> None:
-        def work(db: Db) -> None:
-            q.move_chat(db, platform, old_chat_id, new_chat_id, time.time())
-        await self._conn.submit(work, write=True)
-        self._live.clear()  # keyed by chat: the moved one is under another key now
-
-    async def chat_moves(self) -> dict[tuple[str, str], str]:
-        found = await self._read(lambda db: q.fetch_all(db, q.CHAT_MOVES, (), tuple))
-        return {(platform, old): new for platform, old, new in found}
-
-    async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:
-        await self._write_statement(q.ADD_PREVIEW, (inbound_id, position, message_id))
-
-    async def previews(self, inbound_ids: list[int]) -> dict[int, list[str]]:
-        ids = json.dumps(list(inbound_ids))
-        found = await self._read(lambda db: q.fetch_all(db, q.PREVIEWS_OF, (ids,), tuple))
-        shown: dict[int, list[str]] = {}
-        for inbound_id, message_id in found:
-            shown.setdefault(inbound_id, []).append(message_id)
-        return shown
-
-    async def forget_previews(self, inbound_ids: list[int]) -> None:
-        await self._write_statement(q.FORGET_PREVIEWS, (json.dumps(list(inbound_ids)),))
-
-    async def undelivered(self, reply_row_ids: list[int]) -> set[int]:
-        ids = json.dumps(list(reply_row_ids))
-        found = await self._read(lambda db: q.fetch_all(db, q.UNDELIVERED, (ids,),
-                                                        lambda row: row[0]))
-        return set(found)
+    async def latest_inbound(self, platform: str) -> list[InboundRecord]:
+        return await self._read(lambda db: q.fetch_all(db, q.LATEST_INBOUND, (platform,),
+                                                       rows.inbound_record), heavy=True)
 
     # --- usage -----------------------------------------------------------------------
     async def record_usage(self, session_id: str, usage: UsageRecord) -> None:
