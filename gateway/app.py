@@ -12,17 +12,20 @@ from gateway.attachments import AttachmentReader, ReaderSettings
 from gateway.auth import Authorizer
 from gateway.cluster import Cluster
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
+from gateway.connections import Connections
 from gateway.conversations import Conversations
-from gateway.jobs import CommandJob, HoldJob, Job, MessageJob, message_of, recovery_jobs
+from gateway.jobs import CommandJob, Job, MessageJob, extra_of
 from gateway.loopwatch import SETTING as LOOP_SETTING
 from gateway.loopwatch import LoopWatch, Minute
 from gateway.metrics import Metrics
 from gateway.outbound import Outbound
+from gateway.recovery import Recovering
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
 from gateway.router import ChatRouter
 from gateway.streaming import Streaming, StreamSettings
 from gateway.worker import GENERIC_FAILURE, ChatWorker
 from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
+from platforms.text import visible
 from storage.base import SessionStore
 from storage.models import InboundRecord
 
@@ -32,10 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
-CONNECT_RETRIES_S = (2.0, 5.0, 15.0, 30.0, *[60.0] * 10_000)  # then every minute
 
 
-class Gateway:
+class Gateway(Recovering):
     """Receives messages from adapters, gates them, and answers each chat in order, once.
 
     Lifecycle: `initialize()` (store, adapters), `start()` (receive, recover what a crash
@@ -92,8 +94,11 @@ class Gateway:
             lambda: [(p.name, p.outcomes) for p in (self.reader.pool,
                                                      self.outbound.renderer.pool)])
         self._state = "new"  # new | initialized | running | stopped | closed
-        self._started: list[PlatformAdapter] = []
-        self._connecting: list[asyncio.Task[None]] = []
+        self.connections = Connections(
+            self.adapters, store, menu=self.commands.menu, metrics=self.metrics,
+            cluster=self.cluster, recover=self._recover,
+            running=lambda: self._state == "running")
+        self.worker.platforms_down = self.connections.describe
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.
         self._handling = 0
@@ -140,54 +145,9 @@ class Gateway:
             except OSError as exc:  # metrics are for watching; they never stop the service
                 log.error("metrics: cannot listen on %s:%d: %s", *self._metrics_at,
                           exc.strerror or exc)
-        for adapter in self.adapters.values():
-            if self.cluster is not None and adapter.exclusive:  # one receiver among processes
-                self._connecting.append(asyncio.create_task(self._lead_then_connect(adapter)))
-            elif not await self._bring_up(adapter):
-                self._connecting.append(asyncio.create_task(self._keep_connecting(adapter)))
+        await self.connections.start()
         if self.cluster is not None:
             await self.cluster.start()  # adopts what dead processes left open
-
-    async def _bring_up(self, adapter: PlatformAdapter) -> bool:
-        try:
-            await adapter.initialize()
-            await self._register_commands(adapter)
-            # What the last run left open is read before anything new can arrive: a
-            # message received once the adapter runs is routed live, never recovered too.
-            left_open = ([] if self.cluster is not None else  # the cluster adopts those
-                         [r for r in await self.store.open_inbound()
-                          if r.platform == adapter.name])
-            await adapter.start()
-        except Exception as exc:
-            log.error("%s: cannot connect: %s", adapter.name, plain_error(exc))
-            return False
-        self._started.append(adapter)
-        await self._recover(left_open)
-        return True
-
-    async def _register_commands(self, adapter: PlatformAdapter) -> None:
-        """The platform's command menu, before messages flow (so a slash command is known
-        the moment it can arrive); what was registered is kept for the next start."""
-        key = f"commands:{adapter.name}"
-        try:
-            kept = await adapter.register_commands(self.commands.menu(),
-                                                   await self.store.get_setting(key))
-            if kept is not None:
-                await self.store.put_setting(key, kept)
-        except Exception as exc:  # a command menu is a nicety, not a reason to stop
-            log.warning("%s: registering commands failed: %s", adapter.name, plain_error(exc))
-
-    async def _lead_then_connect(self, adapter: PlatformAdapter) -> None:
-        assert self.cluster is not None
-        await self.cluster.lead(f"poll:{adapter.name}")
-        if not await self._bring_up(adapter):
-            await self._keep_connecting(adapter)
-
-    async def _keep_connecting(self, adapter: PlatformAdapter) -> None:
-        for delay in CONNECT_RETRIES_S:
-            await asyncio.sleep(delay)
-            if self._state != "running" or await self._bring_up(adapter):
-                return
 
     async def stop(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> None:
         if self._state != "running":
@@ -197,14 +157,7 @@ class Gateway:
         await self.loop.stop()
         if self.cluster is not None:
             await self.cluster.stop()
-        for task in self._connecting:
-            task.cancel()
-        for adapter in reversed(self._started):
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("%s: stop failed", adapter.name)
-        self._started.clear()
+        await self.connections.stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_timeout
         try:
@@ -313,8 +266,11 @@ class Gateway:
         if msg.moved_to is not None:  # the platform moved the chat: follow it
             await self.outbound.moves.move(msg.chat, msg.moved_to)
             return None
-        command = parse_command(msg.text)
-        if not self._addressed(msg, command):
+        if msg.is_delete:
+            await self._deleted(msg)
+            return None
+        command = parse_command(msg.text) if msg.may_command else None
+        if not self._addressed(msg, command) or self._says_nothing(msg):
             await self.outbound.delivered(msg.chat, (msg.message_id,))  # nothing to say
             return None
         if not self.auth.is_allowed(msg):
@@ -324,12 +280,36 @@ class Gateway:
         record = await self.store.ingest(
             platform=msg.platform, chat_id=msg.chat_id, message_id=msg.message_id,
             chat_key=msg.chat_key, text=msg.text, sender_id=msg.user_id,
-            sender_name=msg.user_name, extra=_extra(msg))
+            sender_name=msg.user_name, extra=extra_of(msg))
         if record is None:
             log.info("ignoring redelivered message %s in %s", msg.message_id, msg.chat_key)
             await self.outbound.delivered(msg.chat, (msg.message_id,))
             return None
+        if self._state != "running":  # arrived while draining: the next run answers it
+            log.info("message %s in %s arrived while stopping: stored, answered after the "
+                     "restart", msg.message_id, msg.chat_key)
+            return None
         return await self._route(msg, record, command)
+
+    async def _deleted(self, msg: InboundMessage) -> None:
+        """Its author took the message back: one still waiting for its turn is skipped
+        (the worker reads the row's status before the turn)."""
+        found = await self.store.find_inbound(msg.platform, msg.chat_id, msg.message_id)
+        if found is None or found.status != "pending":
+            return
+        await self.store.finish_inbound([found.id], "failed")
+        log.info("message %s in %s was deleted before its turn; skipped", msg.message_id,
+                 msg.chat_key)
+        await self.outbound.delivered(msg.chat, (msg.message_id,))
+
+    def _says_nothing(self, msg: InboundMessage) -> bool:
+        """A group message with nothing visible (only zero-width characters, say) is
+        ignored; in a private chat it gets the short "empty" answer (`_unreadable`)."""
+        if not msg.is_group or msg.attachments or visible(msg.text):
+            return False
+        log.info("ignoring message %s in %s: nothing visible in it", msg.message_id,
+                 msg.chat_key)
+        return True
 
     async def _refuse(self, msg: InboundMessage) -> None:
         refusal = self.auth.refusal(msg)
@@ -367,7 +347,7 @@ class Gateway:
         refusal = self.reader.refusal(msg)  # attachments all declined, by what they are
         if refusal:
             return refusal
-        if not msg.text.strip() and not msg.attachments:
+        if not visible(msg.text) and not msg.attachments:
             return "That message was empty."
         return self.conversations.too_long(msg.text)
 
@@ -410,58 +390,3 @@ class Gateway:
             self.router.submit(chat_key, job)
         else:
             await self.cluster.enqueue(chat_key, job)
-
-    async def _adopt(self, record: InboundRecord) -> None:
-        """A pending ledger row another process stored or left: routed as if received."""
-        await self._routed(message_of(record), record)
-
-    async def _routed(self, msg: InboundMessage, record: InboundRecord) -> None:
-        """Route a stored row and wait for what is said about it (recovery, adoption)."""
-        after = await self._route(msg, record, parse_command(record.text))
-        if after is not None:
-            await after
-
-    # --- recovery ---------------------------------------------------------------------------
-    async def _recover(self, rows: list[InboundRecord]) -> None:
-        """Finish what was stored but never answered or delivered before a stop or crash.
-
-        Stored replies the platform never took are sent (their missing chunks); messages
-        are answered again; commands run again as commands, never as text for the model.
-        A message whose turn was cut short may be what killed the process: its chat waits
-        until everything else recovered here is done, and such chats then run one at a
-        time, so a poison message cannot take other chats down with it again
-        (docs/architecture.md, "Poison messages").
-        """
-        work = list(recovery_jobs(rows))
-        held: dict[str, asyncio.Event] = {}  # chats with a turn cut short, in order
-        for chat_key, job in work:
-            if isinstance(job, MessageJob) and chat_key not in held:
-                held[chat_key] = asyncio.Event()
-                self.router.submit(chat_key, HoldJob(held[chat_key]))  # all of it waits
-        for chat_key, job in work:
-            if isinstance(job, tuple):  # a pending inbound message: route it like new
-                await self._routed(*job)
-            else:
-                self.router.submit(chat_key, job)
-        if held:
-            others = {key for key, _ in work} - held.keys()
-            task = asyncio.create_task(self._release_one_by_one(held, others),
-                                       name="rerun-cut-short")
-            self._connecting.append(task)  # cancelled by stop()
-
-    async def _release_one_by_one(self, held: dict[str, asyncio.Event], others: set[str]
-                                  ) -> None:
-        for chat_key in others:
-            await self.router.wait_idle(chat_key)
-        for chat_key, release in held.items():
-            release.set()
-            await self.router.wait_idle(chat_key)
-
-
-def _extra(msg: InboundMessage) -> dict[str, object]:
-    """What the inbound row keeps beside the text, so a restart can route it again."""
-    extra: dict[str, object] = {"thread_id": msg.thread_id, "is_group": msg.is_group,
-                                "admin_hint": msg.is_admin_hint}
-    if msg.attachments:
-        extra["attachments"] = [a.as_dict() for a in msg.attachments]
-    return extra

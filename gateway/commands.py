@@ -65,6 +65,8 @@ class CommandCall:
     # Runs model work that /stop may cancel (raising Stopped) in a serial command.
     stoppable: Callable[[Awaitable[Any]], Awaitable[Any]]
     loop: LoopWatch | None = None  # the event loop's pulse (/status shows admins)
+    # Platforms not receiving now, a line each (/status shows admins).
+    platforms_down: Callable[[], list[str]] = list
 
 
 Handler = Callable[[CommandCall], Awaitable[str]]
@@ -165,9 +167,19 @@ async def _status(call: CommandCall) -> str:
         f"({status.usage_percent:.0f}%)",
         f"Compactions: {status.compression_count}",
         f"Session: {session.id}",
-        *([f"Event loop: largest stall {call.loop.worst_recent() * 1000:,.0f} ms in the last "
-           "minute"] if call.loop is not None and await call.auth.is_admin(call.msg) else []),
+        *(await _admin_lines(call)),
     ])
+
+
+async def _admin_lines(call: CommandCall) -> list[str]:
+    """What /status tells admins about the gateway itself."""
+    if not await call.auth.is_admin(call.msg):
+        return []
+    lines = [f"Platform {line}" for line in call.platforms_down()]
+    if call.loop is not None:
+        lines.append(f"Event loop: largest stall {call.loop.worst_recent() * 1000:,.0f} ms "
+                     "in the last minute")
+    return lines
 
 
 def _summed(parts: list[UsageTotals]) -> UsageTotals:

@@ -56,6 +56,10 @@ MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's
 NO_TEXT = "(the model returned no text)"
 
 
+class NothingLeft(Exception):
+    """Every message of a batch was finished while it waited (its author deleted it)."""
+
+
 class Conversations:
     """Everything the gateway does to a chat's history, in the chat's worker."""
 
@@ -257,6 +261,8 @@ class Conversations:
         """Move pending inbound messages into the live session (and the agent's transcript)."""
         if any(r.status == "pending" for r in records):
             records = await self.store.inbound([r.id for r in records])  # edits applied
+            if not any(r.status in ("pending", "taken") for r in records):
+                raise NothingLeft  # deleted by their authors while they waited
         pending = [r for r in records if r.status == "pending"]
         messages = [new_message({"role": "user",
                                  "content": build_content(r.text, parts.get(r.id, ()))},

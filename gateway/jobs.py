@@ -130,6 +130,18 @@ def message_of(record: InboundRecord) -> InboundMessage:
         platform=record.platform, chat_id=record.chat_id, user_id=record.sender_id or "",
         message_id=record.message_id, text=record.text, thread_id=extra.get("thread_id"),
         user_name=record.sender_name, is_group=bool(extra.get("is_group")),
-        is_admin_hint=bool(extra.get("admin_hint")),
+        is_admin_hint=bool(extra.get("admin_hint")), may_command=not extra.get("plain"),
         attachments=tuple(Attachment.from_dict(a) for a in extra.get("attachments") or ()
                           if isinstance(a, dict)))
+
+
+def extra_of(msg: InboundMessage) -> dict[str, object]:
+    """What the inbound row keeps beside the text, so a restart can route it again (read
+    back by `message_of`)."""
+    extra: dict[str, object] = {"thread_id": msg.thread_id, "is_group": msg.is_group,
+                                "admin_hint": msg.is_admin_hint}
+    if not msg.may_command:
+        extra["plain"] = True  # looks like a command, is not one (recovery reads it so)
+    if msg.attachments:
+        extra["attachments"] = [a.as_dict() for a in msg.attachments]
+    return extra

@@ -53,6 +53,9 @@ class Metrics:
         self.retries = Counter("threadline_outbound_retries",
                                "Calls to a platform tried again after it failed (an outage)",
                                ["platform"], registry=r)
+        self.platform_up = Gauge(
+            "threadline_platform_up", "1 while a platform is connected and receiving; 0 while "
+            "it is down (refused for good, or being retried)", ["platform"], registry=r)
         self.sends_unknown = Counter(
             "threadline_sends_unknown", "Sends the platform may have taken without answering "
             "in time, by what was done: resent (once), assumed_sent (after a second silence)",

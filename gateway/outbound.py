@@ -107,14 +107,15 @@ class Outbound:
             if chunk.status != "pending":
                 continue
             outcome: str | None | Undeliverable | bool
+            # The same part is the same message however often it is sent (a nonce).
+            part = Chunk(chunk.text, chunk.entities, key=f"r{chunk.inbound_id}.{chunk.chunk}")
             if chunk.platform_message_id:
-                outcome = await self._edit_chunk(chat, chunk.platform_message_id,
-                                                 Chunk(chunk.text, chunk.entities))
+                outcome = await self._edit_chunk(chat, chunk.platform_message_id, part)
             else:
                 # A reply just stored has its first chunk marked `sending` by the store.
                 premarked = just_stored and chunk.chunk == 0
                 outcome = await self._send_chunk(
-                    chat, Chunk(chunk.text, chunk.entities),
+                    chat, part,
                     reply_to if chunk.chunk == 0 else None,
                     ledger=(self.store, chunk.inbound_id, chunk.chunk), premarked=premarked)
             if outcome is False:

@@ -13,6 +13,7 @@ import logging
 import signal
 
 from gateway.app import Gateway
+from gateway.connections import EX_CONFIG
 from gateway.notify import Notifier
 from gateway.router import ChatRouter
 
@@ -24,7 +25,8 @@ EXIT_SECOND_SIGNAL = 130  # a second SIGTERM/SIGINT: leave without finishing the
 
 
 async def serve(gateway: Gateway, notifier: Notifier | None = None) -> int:
-    """Run until every platform ends by itself or a SIGTERM/SIGINT asks to stop.
+    """Run until every platform ends by itself (or refuses the bot: then EX_CONFIG is
+    returned) or a SIGTERM/SIGINT asks to stop.
 
     On a signal the gateway stops taking messages and lets running turns finish (bounded
     drain); a second signal leaves at once.
@@ -55,7 +57,8 @@ async def serve(gateway: Gateway, notifier: Notifier | None = None) -> int:
         for task in background:
             task.cancel()
         notifier.close()
-    return 0
+    # Every platform refused the bot as configured: a restart would change nothing.
+    return EX_CONFIG if gateway.connections.gave_up.is_set() else 0
 
 
 def tune_collector() -> None:
@@ -70,10 +73,10 @@ def tune_collector() -> None:
 
 
 async def _until_stopped(gateway: Gateway, stop: asyncio.Event) -> None:
-    closed = asyncio.create_task(gateway.wait_closed())
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (closed, stopping):
+    waits = (asyncio.create_task(gateway.wait_closed()), asyncio.create_task(stop.wait()),
+             asyncio.create_task(gateway.connections.gave_up.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
         task.cancel()
 
 

@@ -10,6 +10,7 @@ is on screen (the worker does that, with the preview message ids this keeps).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -217,6 +218,9 @@ class LiveReply:
             await self.adapter.send_draft(chat, self.draft_id + index, chunk)
             self._draft = (index, chunk)
         elif update.kind == "send":
+            # Keyed by the turn's message and position: after a crash the turn's new
+            # preview is the message a lost answer left behind (where the key is a nonce).
+            chunk = dataclasses.replace(chunk, key=f"p{self.draft_id}.{index}")
             message_id = await self.adapter.send_preview(chat, chunk,
                                                          self.reply_to if index == 0 else None)
             if message_id is None:

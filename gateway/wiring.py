@@ -170,6 +170,7 @@ def discord_settings(config: Config) -> DiscordSettings:
     return DiscordSettings(token=dc.token, api_base=dc.api_base, gateway_url=dc.gateway_url,
                            require_mention=dc.require_mention,
                            guild_ready_timeout=dc.guild_ready_timeout,
+                           catch_up_hours=dc.catch_up_hours,
                            shard_count=dc.shard_count,
                            shard_ids=tuple(dc.shard_ids) if dc.shard_ids is not None else None)
 

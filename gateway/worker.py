@@ -11,13 +11,13 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from gateway.attachments import AttachmentReader, Reading
 from gateway.auth import Authorizer
 from gateway.commands import CommandCall, CommandTable, Refusal
-from gateway.conversations import Conversations
+from gateway.conversations import Conversations, NothingLeft
 from gateway.jobs import (
     CommandJob,
     HoldJob,
@@ -65,6 +65,7 @@ class ChatWorker:
         self.commands = commands
         self.auth = auth
         self.loop: LoopWatch | None = None  # the gateway's pulse, for /status
+        self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
 
     async def process(self, chat_key: str, running: Running) -> None:
         job = running.jobs[0]
@@ -96,7 +97,7 @@ class ChatWorker:
         else:
             call = CommandCall(msg, args, self.conversations, self.store, self.auth,
                                self.commands, chat, functools.partial(self._stoppable, own),
-                               self.loop)
+                               self.loop, self.platforms_down)
             try:
                 reply = await command.run(call)
             except Exception:
@@ -160,6 +161,8 @@ class ChatWorker:
         try:
             prepared = await self._until_stopped(
                 running, self.conversations.prepare(chat, records, live, parts))
+        except NothingLeft:  # every message of the batch was deleted while it waited
+            prepared, failure = None, "deleted"
         except Exception:
             log.exception("turn failed in %s", chat_key)
             prepared, failure = None, "failed"
@@ -167,6 +170,9 @@ class ChatWorker:
             typing.cancel()
             if live is not None:
                 await asyncio.shield(live.close())
+        if failure == "deleted":
+            log.info("chat %s: nothing left to answer (deleted before its turn)", chat_key)
+            return
         if prepared is None:
             outcome = failure or running.stop_reason or "failed"
             self.metrics.turns.labels(outcome).inc()

@@ -82,6 +82,12 @@ class InboundMessage:
     # The platform moved this chat to a new id (a Telegram group upgraded to a supergroup):
     # no words, only where the chat continues (docs/architecture.md, "Chats that move").
     moved_to: str | None = None
+    # The author took this message back before it was answered: no words, only which one
+    # (Discord's message delete); a queued message is then skipped.
+    is_delete: bool = False
+    # False: text that looks like `/word` but is not a command for us (a Discord guild
+    # message not addressed to the bot, or naming no command of ours): plain text.
+    may_command: bool = True
 
     @property
     def chat(self) -> ChatRef:
@@ -101,6 +107,10 @@ class Chunk:
     # Meant for the asker alone (a refusal): a platform that can say things privately, such
     # as a Discord slash-command answer, does; the others send it as usual.
     private: bool = False
+    # Names this message for good: the same key is the same message, however often it is
+    # sent (a stored reply's part, a preview). A platform that can (Discord's nonce) drops a
+    # second send of it; the others ignore it.
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,12 @@ class ChatMoved(SendError):
         self.new_chat_id = new_chat_id
 
 
+class PlatformRefused(Exception):
+    """The platform will not let this bot connect as configured (a refused token, an intent
+    not enabled, sharding required): trying again changes nothing until an operator fixes
+    it. The message says what to fix, in one line."""
+
+
 class DownloadError(Exception):
     """An attachment could not be fetched; the message says why in a few plain words."""
 
@@ -163,6 +179,16 @@ class FileTooLarge(DownloadError):
 
 
 Handler = Callable[[InboundMessage], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where reading a chat's history resumes after the bot was away."""
+
+    chat: ChatRef
+    message_id: str  # the newest message of the chat the gateway stored
+    received_at: float  # when it arrived (unix seconds)
+    live: bool  # the chat has a live session
 
 
 class PlatformAdapter(ABC):
@@ -190,6 +216,12 @@ class PlatformAdapter(ABC):
         # Events worth counting in metrics (e.g. "unparseable_updates"), read by the gateway
         # at scrape time.
         self.counters: collections.Counter[str] = collections.Counter()
+        # Told when the connection ends for good while running (a PlatformRefused); set by
+        # the gateway. The adapter is closed by then.
+        self.on_refused: Callable[[PlatformRefused], None] | None = None
+        # For a catch-up: each chat's newest stored message (its id, when it arrived, unix
+        # seconds) and whether the chat has a live session; set by the gateway.
+        self.resume_points: Callable[[], Awaitable[list[ResumePoint]]] | None = None
 
     async def initialize(self) -> None:  # noqa: B027 - optional
         """Connect and authenticate; nothing is received yet."""
@@ -283,6 +315,12 @@ class PlatformAdapter(ABC):
         kept for next time; None keeps nothing.
         """
         return None
+
+    async def catch_up(self) -> None:  # noqa: B027 - optional
+        """Hand over what was said while the bot was away, through the handler like live
+        messages (the ledger drops repeats), then what arrived meanwhile. Called once
+        started and what the last run left open is back in the chats' queues; where to
+        start reading comes from `resume_points`."""
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:  # noqa: B027
         """Everything the gateway will say about these inbound messages has been sent."""

@@ -55,6 +55,9 @@ class DiscordConfig(Section):
     gateway_url: OptStr = None
     require_mention: bool = True
     guild_ready_timeout: float = Field(2.0, ge=0)
+    # On start, what DMs active this recently said while the bot was away is read and
+    # answered (channels with a live session are read whatever their age).
+    catch_up_hours: float = Field(24.0, ge=0)
     # Sharding (docs/scale-out.md): the total, and which of them this process runs.
     shard_count: int | None = Field(None, ge=1)
     shard_ids: list[int] | None = None
