@@ -331,8 +331,18 @@ async def check_telegram(config: Config) -> Result:
     return Result("telegram", True, f"@{bot.username} via {where}")
 
 
+# The application's flags for the Message Content intent: approved (verified apps) or the
+# developer portal's toggle (apps in under 100 servers).
+MESSAGE_CONTENT_FLAGS = 1 << 18 | 1 << 19
+MESSAGE_CONTENT_OFF = (
+    "the Message Content intent is off for this application: Discord refuses the bot's "
+    "connection (close code 4014), so it reads nothing, not even DMs or mentions; turn it "
+    "on in the developer portal, Bot > Privileged Gateway Intents")
+
+
 async def check_discord(config: Config) -> Result:
-    """GET /users/@me through discord.py, at the configured REST base."""
+    """GET /users/@me and the application's flags through discord.py, at the configured
+    REST base."""
     import aiohttp
     import discord
     from discord.http import HTTPClient, Route
@@ -349,6 +359,7 @@ async def check_discord(config: Config) -> Result:
     try:
         async with asyncio.timeout(NETWORK_TIMEOUT_S):  # discord.py retries 5xx for ~25 s
             user = await http.static_login(dc.token)
+            flags = int((await http.application_info()).get("flags") or 0)
     except discord.LoginFailure:
         return Result("discord", False, f"token refused by {where}; "
                                         "check platforms.discord.token")
@@ -361,4 +372,6 @@ async def check_discord(config: Config) -> Result:
     finally:
         Route.BASE = old_base
         await http.close()
+    if not flags & MESSAGE_CONTENT_FLAGS:
+        return Result("discord", False, MESSAGE_CONTENT_OFF)
     return Result("discord", True, f"{user['username']} via {where}")

@@ -10,6 +10,16 @@ import sys
 from agent.redact import REDACTED, redact
 from gateway.config import Config
 
+# Discord's interaction and webhook tokens (each lets anyone answer as the bot for 15
+# minutes) in URLs and in the gateway events discord.py logs at DEBUG. Linear patterns.
+_URL_TOKEN = re.compile(r"(/(?:interactions|webhooks)/\d+/)[A-Za-z0-9._-]+")
+_FIELD_TOKEN = re.compile(r"""(["']token["']\s{0,8}:\s{0,8}["'])[^"'\s]+""")
+
+
+def redact_platform_tokens(text: str) -> str:
+    text = _URL_TOKEN.sub(rf"\1{REDACTED}", text)
+    return _FIELD_TOKEN.sub(rf"\1{REDACTED}", text)
+
 
 class RedactingFilter(logging.Filter):
     """Redacts every record it sees. Attach it to handlers: logger filters skip propagation."""
@@ -35,7 +45,7 @@ class RedactingFilter(logging.Filter):
         pattern = self._known_pattern
         if pattern is not None:
             text = pattern.sub(REDACTED, text)
-        return redact(text)
+        return redact(redact_platform_tokens(text))
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:

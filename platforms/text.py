@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 
 # A fence line: blanks, then ```. Only blanks, never line breaks, before it: with `\s*`
@@ -109,3 +110,75 @@ def markdown_balanced(text: str) -> bool:
             return False
         outside = outside.replace(marker, "")  # "**" is not two "*" pairs, nor "`" in it
     return True
+
+
+# Characters that show nothing: with only these (and blanks) a message says nothing.
+_BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def visible(text: str) -> bool:
+    """Whether the text shows anything: zero-width and other format characters, blanks,
+    and the letters that render as blank (Hangul fillers, the braille blank) do not."""
+    return any(not ch.isspace() and ch not in _BLANK_LOOKING
+               and unicodedata.category(ch) not in ("Cf", "Cc", "Cn", "Zs", "Zl", "Zp")
+               for ch in text)
+
+
+_INLINE = re.compile(r"\*\*|__|~~|\|\||`|\*|_")
+
+
+def _opens(text: str, at: int, marker: str) -> bool:
+    """A single `*`/`_` counts only where it can emphasize: before a non-blank, and `_`
+    not inside a word (snake_case)."""
+    after = text[at + 1:at + 2]
+    if not after or after.isspace():
+        return False
+    return marker == "*" or at == 0 or not text[at - 1].isalnum()
+
+
+def _closes(text: str, at: int, marker: str) -> bool:
+    before = text[at - 1:at]
+    if not before or before.isspace():
+        return False
+    after = text[at + 1:at + 2]
+    return marker == "*" or not after or not after.isalnum()
+
+
+def _open_inline(chunk: str, carried: list[str]) -> list[str]:
+    """Inline markers (bold, italic, strike, spoiler, code) still open at the end of the
+    chunk, outermost first, given those open at its start. Code fences are skipped."""
+    stack, in_fence = list(carried), False
+    for line in chunk.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        for match in _INLINE.finditer(line):
+            marker, at = match.group(), match.start()
+            if stack and stack[-1] == "`" and marker != "`":
+                continue  # inside inline code nothing else is a marker
+            single = marker in ("*", "_")  # emphasis only next to a word
+            if marker in stack:
+                if not single or _closes(line, at, marker):
+                    del stack[stack.index(marker):]
+            elif not single or _opens(line, at, marker):
+                stack.append(marker)
+    return stack
+
+
+def keep_inline(chunks: list[str]) -> list[str]:
+    """Close inline Markdown still open at the end of a chunk and reopen it at the start
+    of the next, as code fences are (each chunk then reads as whole Markdown). Adds at
+    most INLINE_ROOM characters to a chunk: split with that much room to spare."""
+    kept, carried = [], []
+    for chunk in chunks:
+        still = _open_inline(chunk, carried)
+        if "".join(still) and len("".join(still)) * 2 > INLINE_ROOM:
+            still = []  # a run of unmatched markers: leave the text as written
+        kept.append("".join(carried) + chunk + "".join(reversed(still)))
+        carried = still
+    return kept
+
+
+INLINE_ROOM = 24  # characters keep_inline may add to one chunk (reopen + close)

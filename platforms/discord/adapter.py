@@ -15,10 +15,10 @@ not wait out itself → RateLimited (for that channel), 5xx and network → Plat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 
-import aiohttp
 import discord
 import yarl
 from discord import app_commands
@@ -28,15 +28,17 @@ from platforms.base import (
     ChatRef,
     Chunk,
     Handler,
+    InboundMessage,
     PlatformAdapter,
     PlatformDown,
-    RateLimited,
+    PlatformRefused,
     SendLimits,
     Undeliverable,
 )
-from platforms.discord import files, slash
-from platforms.discord.inbound import from_interaction, from_message
-from platforms.text import split_message, utf16_len
+from platforms.discord import catchup, files, slash
+from platforms.discord.errors import errors_as_kinds, refusal
+from platforms.discord.inbound import from_interaction, from_message, is_user_message, place
+from platforms.text import INLINE_ROOM, keep_inline, split_message, utf16_len
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ class DiscordSettings:
     gateway_url: str | None = None  # e.g. ws://127.0.0.1:9000/gateway
     require_mention: bool = True
     guild_ready_timeout: float = 2.0
+    catch_up_hours: float = 24.0  # DMs quiet longer than this are not read on start
     heartbeat_timeout: float = 60.0  # silence after which a connection counts as dead
     # Past Discord's 2,500-guild line a bot must shard; each process runs some shards
     # (discord.py's AutoShardedClient). None: one unsharded connection.
@@ -88,12 +91,20 @@ class DiscordAdapter(PlatformAdapter):
         self.tree: app_commands.CommandTree | None = None
         self.interactions = slash.Interactions(MENTIONS)
         self._connection: asyncio.Task[None] | None = None
-        self._receiving = False
+        self._receiving = False  # slash commands are taken (messages always are)
+        self._closing = False
         self._endpoints: tuple[str, yarl.URL] | None = None
+        self._commands: frozenset[str] = frozenset()
+        # Live messages held while a catch-up reads what came before them, in order.
+        self._held: list[tuple[discord.Message, bool]] | None = None
+        self._ready_before = False
+        self._up = False  # started: from now on an ended connection is a loss to report
+        self._catching_up: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     async def initialize(self) -> None:
-        """Log in over REST (a wrong token fails here); a failed start gets a new client."""
+        """Log in over REST (a refused token is a PlatformRefused); a failed start gets a
+        new client."""
         if self.client is not None and not self.client.is_closed():
             return
         self._use_endpoints()
@@ -106,24 +117,30 @@ class DiscordAdapter(PlatformAdapter):
                   discord.AutoShardedClient(**options, shard_count=s.shard_count,
                                             shard_ids=list(s.shard_ids)
                                             if s.shard_ids is not None else None))
-        client.event(self.on_message)
-        client.event(self.on_message_edit)
+        for handler in (self.on_message, self.on_message_edit, self.on_raw_message_delete,
+                        self.on_raw_bulk_message_delete, self.on_ready):
+            client.event(handler)
         self.client, self.tree = client, app_commands.CommandTree(client)
         self.tree.error(self._on_command_error)
+        self._closing, self._ready_before = False, False
         try:
             await client.login(s.token)
-        except BaseException:
+        except BaseException as exc:
             await client.close()
+            refused = refusal(exc)
+            if refused is not None:
+                raise refused from None
             raise
         self.bot_username = client.user.name if client.user else None
 
     async def register_commands(self, commands: list[tuple[str, str]],
                                 registered: str | None = None) -> str | None:
-        """Slash commands: always known locally; synced with Discord only when changed
-        (each sync is rate limited hard, and a restart should cost none)."""
+        """Slash commands: always known locally; synced when Discord's own list (one GET)
+        differs from them, so commands removed on Discord's side come back."""
         assert self.tree is not None, "initialize() first"
+        self._commands = frozenset(name for name, _ in commands)
         fingerprint = slash.define(self.tree, commands, self._on_slash)
-        if fingerprint == registered:
+        if slash.same(await self.tree.fetch_commands(), self.tree):
             log.info("discord: slash commands unchanged; not syncing")
             return fingerprint
         synced = await self.tree.sync()
@@ -131,10 +148,11 @@ class DiscordAdapter(PlatformAdapter):
         return fingerprint
 
     async def start(self) -> None:
-        """Open the gateway connection and wait for READY (or the reason it failed)."""
+        """Open the gateway connection and wait for READY (or the reason it failed).
+        Live messages are held until `catch_up()` has read what came before them."""
         client = self.client
         assert client is not None, "initialize() first"
-        self._receiving = True
+        self._receiving, self._held = True, []
         self._connection = asyncio.create_task(client.connect(), name="discord-connect")
         self._connection.add_done_callback(self._connection_ended)
         ready = asyncio.create_task(client.wait_until_ready())
@@ -145,14 +163,27 @@ class DiscordAdapter(PlatformAdapter):
             ready.cancel()
         if ready not in done:
             self._receiving = False
+            ended = self._connection
+            error = (ended.exception() if ended.done() and not ended.cancelled() else None)
             await self._close()
+            refused = refusal(error)
+            if refused is not None:
+                raise refused
             raise PlatformDown("discord: the gateway connection did not become ready")
+        self._up = True
 
     async def stop(self) -> None:
-        self._receiving = False  # sends keep working while the gateway drains
+        # Slash commands are refused from now on; messages are still handed over (the
+        # gateway stores them for the next run) and sends keep working for the drain.
+        self._receiving = False
 
     async def shutdown(self) -> None:
-        self._receiving = False
+        self._receiving = self._up = False
+        if not self._closing:
+            self._closing = True
+            await self.interactions.abandon(self._forget_interaction)
+        if self._catching_up is not None:
+            self._catching_up.cancel()
         await self._close()
         if self._endpoints is not None:
             discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = \
@@ -180,11 +211,19 @@ class DiscordAdapter(PlatformAdapter):
             discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(s.gateway_url)
 
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or not self._receiving:
+        """discord.py reconnects by itself; its connection ends only for good (a fatal
+        close code) or when closed."""
+        if task.cancelled() or not self._up or self._closing:
             return
+        self._up = False
         error = task.exception()
-        log.error("discord: the gateway connection ended%s; no Discord messages arrive "
-                  "until a restart", f": {error}" if error else "")
+        refused = refusal(error) or PlatformRefused(
+            f"the Discord gateway connection ended{f': {error}' if error else ''}")
+        self._receiving = False
+        if self.on_refused is not None:
+            self.on_refused(refused)
+        else:
+            log.error("discord: %s", refused)
 
     # --- inbound ------------------------------------------------------------------------
     @property
@@ -199,50 +238,107 @@ class DiscordAdapter(PlatformAdapter):
         if before.content != after.content:
             await self._inbound(after, edited=True)
 
+    async def on_raw_message_delete(self, event: discord.RawMessageDeleteEvent) -> None:
+        await self._deleted(event.channel_id, (event.message_id,))
+
+    async def on_raw_bulk_message_delete(self, event: discord.RawBulkMessageDeleteEvent
+                                         ) -> None:
+        await self._deleted(event.channel_id, tuple(sorted(event.message_ids)))
+
+    async def on_ready(self) -> None:
+        """A new session (not a resume): what was said while disconnected is read again.
+        The first one's catch-up is the gateway's call, once recovery is done."""
+        if self._ready_before and self._catching_up is None:
+            if self._held is None:
+                self._held = []
+            self._catching_up = asyncio.create_task(self.catch_up(), name="discord-catch-up")
+        self._ready_before = True
+
+    async def catch_up(self) -> None:
+        try:
+            if self.resume_points is not None and self.client is not None:
+                read = await catchup.read_missed(
+                    self.client, await self.resume_points(), self.settings.catch_up_hours,
+                    lambda message: self._hand_over(message, edited=False))
+                log.info("discord: read %d message(s) said while the bot was away", read)
+        finally:
+            while self._held:
+                message, edited = self._held.pop(0)
+                await self._hand_over(message, edited=edited)
+            self._held, self._catching_up = None, None
+
     async def _inbound(self, message: discord.Message, *, edited: bool) -> None:
+        if self._held is not None:
+            self._held.append((message, edited))
+            return
+        await self._hand_over(message, edited=edited)
+
+    async def _hand_over(self, message: discord.Message, *, edited: bool) -> None:
         if message.author.id == self._bot_id:
             return  # our own messages come back to us over the gateway
-        if not self._receiving:
-            log.warning("discord: message %s in %s arrived while stopping; not answered",
-                        message.id, message.channel.id)
+        if not is_user_message(message):
+            log.debug("discord: ignoring a %s notice in %s", message.type, message.channel.id)
             return
         await self.handler(from_message(message, self._bot_id, edited=edited,
-                                        require_mention=self.settings.require_mention))
+                                        require_mention=self.settings.require_mention,
+                                        commands=self._commands))
+
+    async def _deleted(self, channel_id: int, message_ids: tuple[int, ...]) -> None:
+        channel = self.client.get_channel(channel_id) if self.client is not None else None
+        chat_id, thread_id = place(channel, channel_id)
+        for message_id in message_ids:
+            await self.handler(InboundMessage(
+                platform=self.name, chat_id=chat_id, user_id="", message_id=str(message_id),
+                text="", thread_id=thread_id, is_group=getattr(channel, "guild", None)
+                is not None, is_delete=True))
+
+    async def _forget_interaction(self, interaction: discord.Interaction) -> None:
+        """An interaction answered "send it again" at shutdown: its stored command is
+        not run by the next start."""
+        await self.handler(dataclasses.replace(from_interaction(interaction, ""),
+                                               is_delete=True))
 
     async def _on_slash(self, interaction: discord.Interaction, text: str) -> None:
         if not self._receiving:
-            await interaction.response.send_message(
-                "I am restarting; please try again in a minute.", ephemeral=True)
+            await interaction.response.send_message(slash.RESTARTING, ephemeral=True)
             return
         msg = from_interaction(interaction, text)
         await self.interactions.run(interaction, lambda: self.handler(msg))
 
     async def _on_command_error(self, interaction: discord.Interaction,
                                 error: app_commands.AppCommandError) -> None:
-        log.error("discord: slash command %s failed: %s", interaction.command, error)
+        await slash.answer_error(interaction, error)
 
     # --- outbound -----------------------------------------------------------------------
     def render(self, text: str) -> list[Chunk]:
-        parts = split_message(text, self.max_message_length, measure=utf16_len)
-        return [Chunk(part) for part in parts if part.strip()]  # Discord refuses blanks
+        parts = split_message(text, self.max_message_length - INLINE_ROOM, measure=utf16_len)
+        return [Chunk(part) for part in keep_inline(parts) if part.strip()]  # no blanks
 
     async def send(self, chat: ChatRef, chunk: Chunk, reply_to: str | None = None
                    ) -> str | None:
         if reply_to is not None and reply_to in self.interactions:
             try:
-                with _errors_as_kinds():
+                with errors_as_kinds():
                     return await self.interactions.send(reply_to, chunk)
             except Undeliverable as exc:  # expired: say it in the channel instead
+                if chunk.private:
+                    log.warning("discord: a private answer to interaction %s could not be "
+                                "given (%s); not saying it in public", reply_to, exc)
+                    return None
                 log.warning("discord: answering interaction %s failed (%s); sending to the "
                             "channel", reply_to, exc)
                 reply_to = None
+        if chunk.private and chat.group:
+            log.info("discord: not saying a private answer in public in %s", chat.key)
+            return None
         channel = self._channel(chat)
         reference = (discord.MessageReference(message_id=int(reply_to), channel_id=channel.id,
                                               fail_if_not_exists=False)
                      if reply_to and reply_to.isdigit() else None)
-        with _errors_as_kinds():
+        extra = {"nonce": chunk.key} if chunk.key else {}  # Discord drops a repeat of it
+        with errors_as_kinds():
             sent = await channel.send(chunk.text, allowed_mentions=MENTIONS,
-                                      reference=reference)  # type: ignore[arg-type]
+                                      reference=reference, **extra)  # type: ignore[arg-type]
         return str(sent.id)
 
     def stream_mode(self, chat: ChatRef) -> str:
@@ -253,15 +349,15 @@ class DiscordAdapter(PlatformAdapter):
 
     async def edit(self, chat: ChatRef, message_id: str, chunk: Chunk) -> None:
         message = self._channel(chat).get_partial_message(int(message_id))
-        with _errors_as_kinds():
+        with errors_as_kinds():
             await message.edit(content=chunk.text, allowed_mentions=MENTIONS)
 
     async def delete(self, chat: ChatRef, message_id: str) -> None:
-        with _errors_as_kinds():
+        with errors_as_kinds():
             await self._channel(chat).get_partial_message(int(message_id)).delete()
 
     async def typing(self, chat: ChatRef) -> None:
-        with _errors_as_kinds():
+        with errors_as_kinds():
             await self._channel(chat).typing()
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
@@ -275,25 +371,3 @@ class DiscordAdapter(PlatformAdapter):
         if self.client is None or self.client.is_closed():
             raise PlatformDown("discord: the client is closed")  # kept for the next start
         return self.client.get_partial_messageable(int(chat.thread_id or chat.chat_id))
-
-
-class _errors_as_kinds:  # noqa: N801 - used as a context manager, reads like a phrase
-    """discord.py's errors as the gateway's send error kinds."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
-        if exc is None:
-            return False
-        if isinstance(exc, discord.RateLimited):
-            raise RateLimited(exc.retry_after, "discord rate limit") from exc
-        if isinstance(exc, discord.HTTPException) and exc.status == 429:
-            raise RateLimited(1.0, "discord rate limit (retries used up)") from exc
-        if isinstance(exc, discord.DiscordServerError):
-            raise PlatformDown(f"discord: {exc}") from exc
-        if isinstance(exc, discord.HTTPException):  # 400, 403, 404: this will not change
-            raise Undeliverable(f"discord: {exc}") from exc
-        if isinstance(exc, aiohttp.ClientError | OSError | asyncio.TimeoutError):
-            raise PlatformDown(f"discord: {exc}") from exc
-        return False

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 DEFER_AFTER_S = 1.5  # well inside Discord's 3 s, whatever the network adds
 CLOSE_EMPTY = "Nothing to say here."
+RESTARTING = "I am restarting and could not get to this; please send it again in a minute."
+NOT_OURS = ("That is not a command of this bot any more; type / to see the ones it has "
+            "now.")
 # Commands that take one free-text argument on Discord: name → (option, description).
 COMMAND_OPTIONS = {"compress": ("focus", "a topic to keep in detail")}
 
@@ -40,6 +43,40 @@ def define(tree: app_commands.CommandTree, commands: list[tuple[str, str]],
     application = tree.client.application_id
     blob = json.dumps({"application": application, "commands": payload}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _shape(command: dict[str, object]) -> tuple[object, ...]:
+    """What a user sees of a command: its name, description and options."""
+    options = command.get("options") or []
+    return (command.get("name"), command.get("description"),
+            tuple((o.get("name"), o.get("description"), o.get("type"), bool(o.get("required")))
+                  for o in options if isinstance(o, dict)))  # type: ignore[union-attr]
+
+
+def same(registered: list[app_commands.AppCommand], tree: app_commands.CommandTree) -> bool:
+    """Whether the commands Discord holds are the tree's (names, descriptions, options)."""
+    theirs = sorted(_shape(dict(command.to_dict())) for command in registered)
+    ours = sorted(_shape(command.to_dict(tree)) for command in tree.get_commands())
+    return theirs == ours
+
+
+async def answer_error(interaction: discord.Interaction,
+                       error: app_commands.AppCommandError) -> None:
+    """A command the tree does not have (removed, renamed, or an old client's copy) is
+    told so privately; any other failure is logged, and the asker hears of it."""
+    stale = isinstance(error, app_commands.CommandNotFound |
+                       app_commands.CommandSignatureMismatch)
+    if stale:
+        log.info("discord: interaction for a command this bot no longer has: %s", error)
+    else:
+        log.error("discord: slash command %s failed: %s", interaction.command, error)
+    try:
+        if not interaction.response.is_done():
+            await interaction.response.send_message(
+                NOT_OURS if stale else "Something went wrong with that command.",
+                ephemeral=True)
+    except discord.HTTPException as exc:
+        log.warning("discord: answering interaction %s failed: %s", interaction.id, exc)
 
 
 def _command(name: str, summary: str, on_command: OnCommand) -> app_commands.Command:
@@ -132,6 +169,33 @@ class Interactions:
                     await entry.interaction.delete_original_response()
             except discord.HTTPException as exc:
                 log.warning("discord: closing interaction %s failed: %s", key, exc)
+
+    async def abandon(self, forget: Callable[[discord.Interaction], Awaitable[None]]
+                      ) -> None:
+        """At shutdown: an interaction still waiting (queued behind a turn the drain cut
+        short) is told privately to send it again, and `forget` drops its stored command,
+        so nobody is left looking at "thinking..." and nothing runs twice."""
+        for key in list(self._open):
+            entry = self._open.pop(key)
+            entry.closed = True
+            if entry.watchdog is not None:
+                entry.watchdog.cancel()
+            try:
+                async with entry.lock:
+                    await self._say_privately(entry, RESTARTING)
+                await forget(entry.interaction)
+            except Exception as exc:  # closing down: say it and go on
+                log.warning("discord: answering interaction %s at shutdown failed: %s",
+                            key, exc)
+
+    async def _say_privately(self, entry: _Open, text: str) -> None:
+        interaction = entry.interaction
+        if not interaction.response.is_done():
+            await interaction.response.send_message(text, ephemeral=True)
+            return
+        if not entry.answered:
+            await interaction.delete_original_response()  # the public "thinking..."
+        await interaction.followup.send(text, ephemeral=True)
 
     async def _defer_later(self, entry: _Open) -> None:
         await asyncio.sleep(DEFER_AFTER_S)

@@ -49,6 +49,7 @@ class Inbox:
 async def running(adapter: PlatformAdapter) -> AsyncIterator[PlatformAdapter]:
     await adapter.initialize()
     await adapter.start()
+    await adapter.catch_up()  # as the gateway does once started: live messages flow
     try:
         yield adapter
     finally:

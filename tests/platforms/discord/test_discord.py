@@ -248,17 +248,18 @@ async def test_configured_admins_and_moderators_manage_a_channel_and_others_are_
                                                    permissions=0)
         owner_cb = await fake_discord.wait_for_callback(by_owner)
         member_cb = await fake_discord.wait_for_callback(by_member)
-        await fake_discord.user_message(channel, "/usage", author_id=USER)
+        # Typed commands count when addressed to the bot; a refusal is never said in
+        # public, so the plain member hears nothing and the moderator gets the answer.
+        await fake_discord.user_message(channel, f"<@{BOT_ID}> /usage", author_id=USER,
+                                        mentions_bot=True)
+        await fake_discord.user_message(channel, f"<@{BOT_ID}> /usage", author_id=ADMIN,
+                                        mentions_bot=True)
         await fake_discord.wait_for_messages(channel, 3)  # and the owner's public answer
-        await fake_discord.user_message(channel, "/usage", author_id=ADMIN)
-        await fake_discord.wait_for_messages(channel, 4)
     typed = [m for m in fake_discord.messages(channel) if m.via == "channel"]
     assert owner_cb.type == 4 and not owner_cb.data.get("flags", 0) & EPHEMERAL
     assert owner_cb.data["content"].startswith("Usage in this conversation (since the last /new")
     assert member_cb.data["flags"] & EPHEMERAL and "admin-only" in member_cb.data["content"]
-    # Typed commands: the plain member is refused, the moderator (Manage Messages) is not.
     assert [m.content.split("\n")[0] for m in typed] == [
-        "/usage is admin-only here.",
         "Usage in this conversation (since the last /new, compactions included):"]
     assert model_calls(fake_openai) == 0
 

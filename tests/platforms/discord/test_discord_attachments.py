@@ -41,6 +41,7 @@ async def discord(fake_discord: FakeDiscord) -> AsyncIterator[tuple[DiscordAdapt
         gateway_url=fake_discord.gateway_url, guild_ready_timeout=GUILD_READY_S))
     await adapter.initialize()
     await adapter.start()
+    await adapter.catch_up()  # nothing to read: live messages flow from here
     try:
         yield adapter, inbox
     finally:

@@ -318,7 +318,7 @@ async def test_stop_mid_stream_keeps_the_partial_text_marked_and_stored(
         await ask(fake_discord, channel, "answer slowly")
         [preview] = await fake_discord.wait_for_messages(channel, 1, timeout=10)
         await fake_discord.wait_for_messages(channel, 3, timeout=10)  # two edits more
-        stop = await fake_discord.user_message(channel, "/stop", author_id=USER)
+        stop = await ask(fake_discord, channel, "/stop")  # a typed command is addressed
         stopped_at = time.monotonic()
 
         def marked() -> list[SentMessage]:
