@@ -18,6 +18,7 @@ from PIL import GifImagePlugin, Image, ImageChops
 from pypdf import PdfReader
 
 from agent.attachments import images
+from agent.attachments import pdf as pdf_module
 from agent.attachments import text as text_module
 from agent.attachments.read import Unreadable, model_image, read_text
 from tests.harness import hostile_files
@@ -182,7 +183,7 @@ def test_a_short_pdf_still_gives_every_page() -> None:
 
 
 def test_pages_without_text_stop_an_end_and_the_other_end_is_still_read(monkeypatch) -> None:
-    monkeypatch.setattr(text_module, "PDF_EMPTY_RUN", 3)
+    monkeypatch.setattr(pdf_module, "PDF_EMPTY_RUN", 3)
     read = read_text(pdf(*[""] * 10, "the appendix", "the end"), "scan.pdf", None, 10_000)
     assert read.truncated and NOTE in read.text  # the user is told pages were left out
     assert read.text.endswith("the appendix\n\nthe end")
@@ -190,7 +191,7 @@ def test_pages_without_text_stop_an_end_and_the_other_end_is_still_read(monkeypa
 
 def test_a_page_too_heavy_to_parse_stops_its_end_and_the_user_is_told(monkeypatch) -> None:
     heavy = "heavy " * 300  # one page of 2.6 KB of content
-    monkeypatch.setattr(text_module, "PDF_PAGE_BYTES", 2_000)
+    monkeypatch.setattr(pdf_module, "PDF_PAGE_BYTES", 2_000)
     read = read_text(pdf("page one", heavy, "page three", "page four"), "r.pdf", None, 10_000)
     assert read.text.startswith("page one") and read.text.endswith("page three\n\npage four")
     assert read.truncated and NOTE in read.text and "heavy" not in read.text
@@ -199,7 +200,7 @@ def test_a_page_too_heavy_to_parse_stops_its_end_and_the_user_is_told(monkeypatc
 
 
 def test_a_pdf_out_of_time_is_refused_as_too_complex(monkeypatch) -> None:
-    monkeypatch.setattr(text_module, "PDF_SECONDS", 0.0)
+    monkeypatch.setattr(pdf_module, "PDF_SECONDS", 0.0)
     with pytest.raises(Unreadable, match="^the PDF is too complex to read$"):
         read_text(pdf("fine, but no time to read it"), "r.pdf", None, 10_000)
 

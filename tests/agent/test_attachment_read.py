@@ -18,7 +18,7 @@ from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
 from agent.attachments import images
-from agent.attachments import text as text_module
+from agent.attachments import pdf as pdf_module
 from agent.attachments.read import FileText, Unreadable, model_image, read_text, sniff
 
 MAX_BYTES = 3_932_160  # 3.75 MiB: what the vision APIs take once base64 (5 MiB)
@@ -375,7 +375,7 @@ def test_a_long_pdf_is_read_from_both_ends_and_its_length_estimated() -> None:
 
 
 def test_a_pdf_of_many_pages_stops_at_the_page_cap_and_still_has_its_end(monkeypatch) -> None:
-    monkeypatch.setattr(text_module, "PDF_MAX_PAGES", 6)  # 2,000 real pages take minutes
+    monkeypatch.setattr(pdf_module, "PDF_MAX_PAGES", 6)  # 2,000 real pages take minutes
     read = read_text(pdf(*(f"page {n}." for n in range(1, 21))), "many.pdf", None, 100_000)
     head, tail = NOTE.split(read.text)[0], NOTE.split(read.text)[-1]
     assert head == "page 1.\n\npage 2.\n\npage 3."
