@@ -217,6 +217,7 @@ class ChatWorker:
                         "time; skipping it", record.chat_key, record.message_id,
                         record.attempts)
             await self.store.finish_inbound([record.id], "failed")
+            await self._clear_previews(chat_of(record), [record])  # its cut-short previews
             await self.outbound.answer(chat_of(record), SKIPPED, record.message_id)
         retry = [r.id for r in again if r.attempts < MAX_ATTEMPTS]
         if retry:
