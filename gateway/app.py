@@ -81,18 +81,9 @@ class Gateway(Recovering):
         self.cluster = None if store.coordination is None else Cluster(
             store.coordination, open_rows=store.open_inbound, submit=self.router.submit,
             busy=self.router.busy, adopt=self._adopt, ttl=lease_seconds)
-        self.metrics.watch_router(self.router.activity)
         self.loop = LoopWatch(observe=self.metrics.loop_lag.observe, report=self.record_lag)
         self.worker.loop = self.loop
-        self.metrics.watch_counters(
-            "threadline_platform_events", "Platform events worth counting (an update the "
-            "library could not read, ...)", ("platform", "event"),
-            lambda: [(a.name, a.counters) for a in self.adapters.values()])
-        self.metrics.watch_counters(
-            "threadline_untrusted_work", "Jobs on what strangers sent (reading files, "
-            "formatting replies) by how they ended", ("pool", "outcome"),
-            lambda: [(p.name, p.outcomes) for p in (self.reader.pool,
-                                                     self.outbound.renderer.pool)])
+        self._watch()
         self._state = "new"  # new | initialized | running | stopped | closed
         self.connections = Connections(
             self.adapters, store, menu=self.commands.menu, metrics=self.metrics,
@@ -111,6 +102,19 @@ class Gateway(Recovering):
         # What is being said about accepted messages, the newest per chat (each waits for
         # the one before it, so a chat's answers keep its order).
         self._answering: dict[str, asyncio.Task[None]] = {}
+
+    def _watch(self) -> None:
+        """What metrics read from the gateway's parts at scrape time."""
+        self.metrics.watch_router(self.router.activity)
+        self.metrics.watch_counters(
+            "threadline_platform_events", "Platform events worth counting (an update the "
+            "library could not read, ...)", ("platform", "event"),
+            lambda: [(a.name, a.counters) for a in self.adapters.values()])
+        self.metrics.watch_counters(
+            "threadline_untrusted_work", "Jobs on what strangers sent (reading files, "
+            "formatting replies) by how they ended", ("pool", "outcome"),
+            lambda: [(p.name, p.outcomes) for p in (self.reader.pool,
+                                                     self.outbound.renderer.pool)])
 
     # --- lifecycle --------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:

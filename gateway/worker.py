@@ -32,6 +32,7 @@ from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Resets
 from gateway.streaming import LiveReply, Streaming, mark_stopped
+from gateway.turn_records import Prepared
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
 from storage.models import Delivery, InboundRecord
@@ -152,7 +153,6 @@ class ChatWorker:
             return await self._not_answered(chat, records, "stop")
         if not records:
             return
-        ids = tuple(r.message_id for r in records)
         live = self.streaming.open(chat, records[-1].message_id, draft_id=records[-1].id)
         typing = asyncio.create_task(self.outbound.keep_typing(
             chat, until=(lambda: live.showing) if live else None))
@@ -179,12 +179,17 @@ class ChatWorker:
             if outcome == "stop" and live is not None and live.written.strip():
                 return await self._stopped_midway(chat, records, live)
             return await self._not_answered(chat, records, outcome, live)
+        await self._commit(chat, records, prepared, live, started)
+
+    async def _commit(self, chat: ChatRef, records: list[InboundRecord], prepared: Prepared,
+                      live: LiveReply | None, started: float) -> None:
+        """Store the turn, then say it: notices, the reply (finishing its previews)."""
         previews = live.previews if live else ()
         try:
             committed = await self.conversations.commit(
                 prepared, functools.partial(self.outbound.render, chat), previews)
         except Exception:
-            log.exception("storing the turn failed in %s", chat_key)
+            log.exception("storing the turn failed in %s", chat.key)
             self.metrics.turns.labels("failed").inc()
             return await self._not_answered(chat, records, "failed", live)
         self.metrics.turns.labels("failed" if prepared.failure else "answered").inc()
@@ -201,7 +206,7 @@ class ChatWorker:
             await self._deliver(chat, records, committed.reply, live)
         await self.outbound.send_all(chat, (*(committed.before if shown else ()),
                                             *committed.after))
-        await self.outbound.delivered(chat, ids)
+        await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
     async def _retried(self, records: list[InboundRecord]) -> list[InboundRecord]:
         """Messages to answer, leaving out poison. A taken message comes back only when a
