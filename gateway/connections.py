@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from agent.errors import plain_error
 from gateway.cluster import Cluster
+from gateway.jobs import chat_of
 from gateway.metrics import Metrics
-from platforms.base import ChatRef, PlatformAdapter, PlatformRefused, ResumePoint
+from platforms.base import PlatformAdapter, PlatformRefused, ResumePoint
 from storage.base import SessionStore
 from storage.models import InboundRecord
 
@@ -57,8 +58,8 @@ class Connections:
         for adapter in self.adapters.values():
             if self._cluster is not None and adapter.exclusive:  # one receiver among processes
                 self.tasks.append(asyncio.create_task(self._lead_then_connect(adapter)))
-            elif await self._bring_up(adapter) is False:
-                self.tasks.append(asyncio.create_task(self._keep_connecting(adapter)))
+            else:
+                self._retry_unless_up(adapter, await self._bring_up(adapter))
 
     async def stop(self) -> None:
         """Stop receiving everywhere (sends keep working for the drain)."""
@@ -104,13 +105,9 @@ class Connections:
 
     async def _register_commands(self, adapter: PlatformAdapter) -> None:
         """The platform's command menu, before messages flow (so a slash command is known
-        the moment it can arrive); what was registered is kept for the next start."""
-        key = f"commands:{adapter.name}"
+        the moment it can arrive)."""
         try:
-            kept = await adapter.register_commands(self._menu(),
-                                                   await self.store.get_setting(key))
-            if kept is not None:
-                await self.store.put_setting(key, kept)
+            await adapter.register_commands(self._menu())
         except PlatformRefused:
             raise
         except Exception as exc:  # a command menu is a nicety, not a reason to stop
@@ -119,23 +116,40 @@ class Connections:
     async def _lead_then_connect(self, adapter: PlatformAdapter) -> None:
         assert self._cluster is not None
         await self._cluster.lead(f"poll:{adapter.name}")
-        if await self._bring_up(adapter) is False:
-            await self._keep_connecting(adapter)
+        self._retry_unless_up(adapter, await self._bring_up(adapter))
+
+    def _retry_unless_up(self, adapter: PlatformAdapter, outcome: bool | None) -> None:
+        """After `_bring_up`: retried in the background unless up, or nothing is left."""
+        if outcome is not True and not self.gave_up.is_set():
+            self.tasks.append(asyncio.create_task(self._keep_connecting(
+                adapter, CONNECT_RETRIES_S if outcome is False else REFUSED_RETRIES_S)))
 
     async def _keep_connecting(self, adapter: PlatformAdapter,
-                               pauses: tuple[float, ...] = CONNECT_RETRIES_S) -> None:
+                               pauses: tuple[float, ...]) -> None:
+        """Try again after each pause until up; a refusal moves to the longer pauses (an
+        operator is fixing it), once."""
         for delay in pauses:
             await asyncio.sleep(delay)
-            if not self._running() or await self._bring_up(adapter) is not False:
+            if not self._running() or self.gave_up.is_set():
                 return
+            outcome = await self._bring_up(adapter)
+            if outcome is True:
+                return
+            if outcome is None and pauses is not REFUSED_RETRIES_S:
+                return await self._keep_connecting(adapter, REFUSED_RETRIES_S)
 
     # --- refusals -----------------------------------------------------------------------
     def _refused_later(self, adapter: PlatformAdapter, exc: PlatformRefused) -> None:
         """An adapter's connection ended for good while running (its callback)."""
         if self._running():
-            self.tasks.append(asyncio.create_task(self._refused(adapter, exc)))
+            self.tasks.append(asyncio.create_task(self._refused_mid_run(adapter, exc)))
+
+    async def _refused_mid_run(self, adapter: PlatformAdapter, exc: PlatformRefused) -> None:
+        await self._refused(adapter, exc)
+        self._retry_unless_up(adapter, None)
 
     async def _refused(self, adapter: PlatformAdapter, exc: PlatformRefused) -> None:
+        """Said once per refusal, shown down; every platform refused: give up."""
         if adapter in self.started:
             self.started.remove(adapter)
         self.refused[adapter.name] = str(exc)
@@ -149,19 +163,13 @@ class Connections:
                       "the configuration changes)", adapter.name, exc, EX_CONFIG)
             self.gave_up.set()
             return
-        log.error("%s: %s; the other platforms keep running, and %s is tried again in "
-                  "%.0f s", adapter.name, exc, adapter.name, REFUSED_RETRIES_S[0])
-        self.tasks.append(asyncio.create_task(
-            self._keep_connecting(adapter, REFUSED_RETRIES_S)))
+        log.error("%s: %s; the other platforms keep running, and %s is tried again later",
+                  adapter.name, exc, adapter.name)
 
     # --- catching up ------------------------------------------------------------------------
     async def resume_points(self, platform: str) -> list[ResumePoint]:
         """Each chat's newest stored message, and whether the chat has a live session."""
         live = {a.chat_key for a in await self.store.chat_activity()}
-        points = []
-        for record in await self.store.latest_inbound(platform):
-            chat = ChatRef(record.platform, record.chat_id, record.extra.get("thread_id"),
-                           group=bool(record.extra.get("is_group")))
-            points.append(ResumePoint(chat, record.message_id, record.received_at,
-                                      record.chat_key in live))
-        return points
+        return [ResumePoint(chat_of(record), record.message_id, record.received_at,
+                            record.chat_key in live)
+                for record in await self.store.latest_inbound(platform)]

@@ -305,16 +305,8 @@ class PlatformAdapter(ABC):
         """Add text to the reply being written ("append" mode)."""
         raise Undeliverable(f"{self.name} cannot append")
 
-    async def register_commands(self, commands: list[tuple[str, str]],
-                                registered: str | None = None) -> str | None:
-        """Startup work such as setMyCommands or slash-command sync, before `start()`.
-
-        `registered` is what this method returned the last time it ran (kept in the
-        store): an adapter whose registration is costly compares it with the fingerprint
-        of `commands` and skips the platform call when they match. The return value is
-        kept for next time; None keeps nothing.
-        """
-        return None
+    async def register_commands(self, commands: list[tuple[str, str]]) -> None:  # noqa: B027
+        """Startup work such as setMyCommands or slash-command sync, before `start()`."""
 
     async def catch_up(self) -> None:  # noqa: B027 - optional
         """Hand over what was said while the bot was away, through the handler like live

@@ -2,7 +2,7 @@
 
 The client is driven step by step (never `bot.run()`, which owns the loop and signals):
 `initialize()` logs in (REST: who we are, which application), `register_commands()` puts
-the slash commands in the tree and syncs them only when they changed, `start()` opens
+the slash commands in the tree and syncs them only when Discord's list differs, `start()` opens
 the gateway websocket in a task of its own and waits for READY, `stop()` stops taking
 events, `shutdown()` closes the client. discord.py keeps the websocket alive by itself
 (heartbeats, RESUME after op 7 or a zombie connection, a new session after op 9).
@@ -15,6 +15,7 @@ not wait out itself → RateLimited (for that channel), 5xx and network → Plat
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ class DiscordAdapter(PlatformAdapter):
         self._endpoints: tuple[str, yarl.URL] | None = None
         self._commands: frozenset[str] = frozenset()
         # Live messages held while a catch-up reads what came before them, in order.
-        self._held: list[tuple[discord.Message, bool]] | None = None
+        self._held: collections.deque[tuple[discord.Message, bool]] | None = None
         self._ready_before = False
         self._up = False  # started: from now on an ended connection is a loss to report
         self._catching_up: asyncio.Task[None] | None = None
@@ -133,26 +134,24 @@ class DiscordAdapter(PlatformAdapter):
             raise
         self.bot_username = client.user.name if client.user else None
 
-    async def register_commands(self, commands: list[tuple[str, str]],
-                                registered: str | None = None) -> str | None:
+    async def register_commands(self, commands: list[tuple[str, str]]) -> None:
         """Slash commands: always known locally; synced when Discord's own list (one GET)
         differs from them, so commands removed on Discord's side come back."""
         assert self.tree is not None, "initialize() first"
         self._commands = frozenset(name for name, _ in commands)
-        fingerprint = slash.define(self.tree, commands, self._on_slash)
+        slash.define(self.tree, commands, self._on_slash)
         if slash.same(await self.tree.fetch_commands(), self.tree):
             log.info("discord: slash commands unchanged; not syncing")
-            return fingerprint
+            return
         synced = await self.tree.sync()
         log.info("discord: synced %d slash commands", len(synced))
-        return fingerprint
 
     async def start(self) -> None:
         """Open the gateway connection and wait for READY (or the reason it failed).
         Live messages are held until `catch_up()` has read what came before them."""
         client = self.client
         assert client is not None, "initialize() first"
-        self._receiving, self._held = True, []
+        self._receiving, self._held = True, collections.deque()
         self._connection = asyncio.create_task(client.connect(), name="discord-connect")
         self._connection.add_done_callback(self._connection_ended)
         ready = asyncio.create_task(client.wait_until_ready())
@@ -250,7 +249,7 @@ class DiscordAdapter(PlatformAdapter):
         The first one's catch-up is the gateway's call, once recovery is done."""
         if self._ready_before and self._catching_up is None:
             if self._held is None:
-                self._held = []
+                self._held = collections.deque()
             self._catching_up = asyncio.create_task(self.catch_up(), name="discord-catch-up")
         self._ready_before = True
 
@@ -263,7 +262,7 @@ class DiscordAdapter(PlatformAdapter):
                 log.info("discord: read %d message(s) said while the bot was away", read)
         finally:
             while self._held:
-                message, edited = self._held.pop(0)
+                message, edited = self._held.popleft()
                 await self._hand_over(message, edited=edited)
             self._held, self._catching_up = None, None
 

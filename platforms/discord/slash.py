@@ -9,8 +9,6 @@ and its answer arrives as a follow-up. See docs/architecture.md, "Discord".
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,15 +32,11 @@ OnCommand = Callable[[discord.Interaction, str], Awaitable[None]]
 
 
 def define(tree: app_commands.CommandTree, commands: list[tuple[str, str]],
-           on_command: OnCommand) -> str:
-    """Put the commands in the tree; return the fingerprint of what Discord should hold."""
+           on_command: OnCommand) -> None:
+    """Put the commands in the tree (what Discord should hold)."""
     tree.clear_commands(guild=None)
     for name, summary in commands:
         tree.add_command(_command(name, summary, on_command))
-    payload = [command.to_dict(tree) for command in tree.get_commands()]
-    application = tree.client.application_id
-    blob = json.dumps({"application": application, "commands": payload}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _shape(command: dict[str, object]) -> tuple[object, ...]:

@@ -142,12 +142,10 @@ class TelegramAdapter(PlatformAdapter):
     async def shutdown(self) -> None:
         await self.app.shutdown()
 
-    async def register_commands(self, commands: list[tuple[str, str]],
-                                registered: str | None = None) -> str | None:
+    async def register_commands(self, commands: list[tuple[str, str]]) -> None:
         # setMyCommands is cheap and idempotent: set it on every start.
         await self.app.bot.set_my_commands([BotCommand(name, what[:256])
                                             for name, what in commands])
-        return None
 
     # --- inbound ------------------------------------------------------------------------
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

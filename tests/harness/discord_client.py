@@ -7,10 +7,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import discord
 
 from tests.harness.fake_discord import BOT_ID, FakeDiscord
+
+C = TypeVar("C", bound=discord.Client)
 
 
 class Watcher(discord.Client):
@@ -71,8 +74,9 @@ class Watcher(discord.Client):
 
 
 @asynccontextmanager
-async def logged_in(fake: FakeDiscord, client: Watcher | None = None) -> AsyncIterator[Watcher]:
-    """Logged in, connected and ready; always closed."""
+async def logged_in(fake: FakeDiscord, client: C | None = None) -> AsyncIterator[C | Watcher]:
+    """Any discord.py client (a Watcher by default) logged in, connected and ready;
+    always closed."""
     client = client or Watcher()
     task: asyncio.Task[None] | None = None
     try:

@@ -64,10 +64,8 @@ class _RecordingAdapter(PlatformAdapter):
             raise FileTooLarge(max_bytes, len(data))
         return data
 
-    async def register_commands(self, commands: list[tuple[str, str]],
-                                registered: str | None = None) -> str | None:
+    async def register_commands(self, commands: list[tuple[str, str]]) -> None:
         self.recorder.menu = list(commands)
-        return None
 
 
 class RecordingPlatform:

@@ -23,6 +23,7 @@ import pytest
 from telegram import Bot, Update
 from telegram.error import BadRequest
 
+from tests.harness.discord_client import logged_in
 from tests.harness.discord_payloads import AttachmentFile
 from tests.harness.fake_anthropic import IMAGE_TOKENS as ANTHROPIC_IMAGE_TOKENS
 from tests.harness.fake_anthropic import FakeAnthropic
@@ -182,17 +183,8 @@ class Reader(discord.Client):
 @asynccontextmanager
 async def connected(fake: FakeDiscord) -> AsyncIterator[Reader]:
     client = Reader()
-    task: asyncio.Task[None] | None = None
-    try:
-        await client.login(fake.token)
-        task = asyncio.create_task(client.connect())
-        async with asyncio.timeout(5):
-            await client.wait_until_ready()
+    async with logged_in(fake, client):
         yield client
-    finally:
-        await client.close()
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_user_attachments_are_served_by_the_fake_cdn(dc: FakeDiscord) -> None:

@@ -15,6 +15,7 @@ import discord
 import pytest
 from discord import app_commands
 
+from tests.harness.discord_client import logged_in
 from tests.harness.discord_payloads import INTENT_MESSAGE_CONTENT
 from tests.harness.fake_discord import APP_ID, BOT_ID, FakeDiscord
 
@@ -84,17 +85,8 @@ async def connected(fake: FakeDiscord, heartbeat_timeout: float = 2.0,
     client = Recorder(heartbeat_timeout, members)
     if setup is not None:
         setup(client)
-    task: asyncio.Task[None] | None = None
-    try:
-        await client.login(fake.token)
-        task = asyncio.create_task(client.connect())
-        async with asyncio.timeout(5):
-            await client.wait_until_ready()
+    async with logged_in(fake, client):
         yield client
-    finally:
-        await client.close()
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.fixture
