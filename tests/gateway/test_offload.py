@@ -26,8 +26,11 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead too
-        return stat.read().split()[2] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead too
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:  # reaped between the two looks
+        return False
 
 
 async def gone(pid: int) -> bool:
