@@ -134,22 +134,55 @@ def protect(markdown: str) -> str:
     """The Markdown with text that only looks like markup escaped, outside code.
 
     `<` is escaped (`\\<`), so `List<String>` or a line of HTML stays text instead of
-    being read as an HTML tag and dropped; an autolink (`<https://...>`) stays a link. `||` pairs are escaped unless they enclose a
-    spoiler on one line (`||hidden||`, no space just inside either pair), which becomes
-    the converter's spoiler tags here, so its own spoiler pattern never runs.
-    Linear: one parse for the code regions, then one pass over each region between them.
+    being read as an HTML tag and dropped; an autolink (`<https://...>`) stays a link.
+    `||` pairs are escaped unless they enclose a spoiler on one line (`||hidden||`, no
+    space just inside either pair), which becomes the converter's spoiler tags here, so
+    its own spoiler pattern never runs.
+    Escaping can change what is code: `<div> `a <b>`` is an HTML block as written and a
+    paragraph with a code span once escaped, where a backslash would show. So the escaped
+    text is parsed again and the backslashes that landed in its code are taken back out,
+    unless that changes what is code once more (then the escaped text stands).
+    Linear: three parses at most and a few passes over the text.
     """
     if "<" not in markdown and "||" not in markdown:
         return markdown
     data = markdown.encode("utf-8")
     out: list[str] = []
-    cursor = 0
+    marks: list[int] = []  # where the inserted backslashes sit, as character offsets
+    length = cursor = 0
     for start, end in _code_regions(markdown):
-        out.append(_protect_text(data[cursor:start].decode("utf-8")))
-        out.append(data[start:end].decode("utf-8"))
+        length = _protect_text(data[cursor:start].decode("utf-8"), out, marks, length)
+        out.append(code := data[start:end].decode("utf-8"))
+        length += len(code)
         cursor = end
-    out.append(_protect_text(data[cursor:].decode("utf-8")))
-    return "".join(out)
+    _protect_text(data[cursor:].decode("utf-8"), out, marks, length)
+    escaped = "".join(out)
+    return _unescape_code(escaped, marks) if marks else escaped
+
+
+def _unescape_code(escaped: str, marks: list[int]) -> str:
+    regions = _code_regions(escaped)
+    taken = set(_in_regions(escaped, marks, regions))
+    if not taken:
+        return escaped
+    kept = "".join(ch for at, ch in enumerate(escaped) if at not in taken)
+    return kept if len(_code_regions(kept)) == len(regions) else escaped
+
+
+def _in_regions(text: str, marks: list[int], regions: list[tuple[int, int]]) -> Iterator[int]:
+    """The marks (sorted character offsets) inside the byte ranges `regions`, one pass."""
+    if not regions:
+        return
+    region = byte = at = 0
+    for mark in marks:
+        byte += len(text[at:mark].encode("utf-8"))
+        at = mark
+        while region < len(regions) and regions[region][1] <= byte:
+            region += 1
+        if region == len(regions):
+            return
+        if regions[region][0] <= byte:
+            yield mark
 
 
 def _code_regions(markdown: str) -> list[tuple[int, int]]:
@@ -165,36 +198,48 @@ def _code_regions(markdown: str) -> list[tuple[int, int]]:
     return regions
 
 
-def _protect_text(text: str) -> str:
-    return "\n".join(_protect_line(line) for line in text.split("\n"))
+def _protect_text(text: str, out: list[str], marks: list[int], length: int) -> int:
+    """Append the escaped lines of `text` to `out`; returns the new length of the output."""
+    for number, line in enumerate(text.split("\n")):
+        if number:
+            out.append("\n")
+            length += 1
+        length = _protect_line(line, out, marks, length)
+    return length
 
 
-def _protect_line(line: str) -> str:
+def _protect_line(line: str, out: list[str], marks: list[int], length: int) -> int:
     if "<" not in line and "||" not in line:
-        return line
+        out.append(line)
+        return length + len(line)
     spoilers = _spoiler_pairs(line)
-    pieces: list[str] = []
     at = 0
     while at < len(line):
         ch = line[at]
         if at in spoilers:
-            pieces.append(spoilers[at])
+            out.append(spoilers[at])
+            length += len(spoilers[at])
             at += 2
             continue
         if ch == "<" and (link := _AUTOLINK.match(line, at)) is not None:
-            pieces.append(link.group())
+            out.append(link.group())
+            length += len(link.group())
             at = link.end()
             continue
         if ch == "<" or (ch == "|" and line.startswith("||", at)):
             if not _escaped(line, at):
-                pieces.append("\\")
+                marks.append(length)
+                out.append("\\")
+                length += 1
             if ch == "|":  # both pipes of the pair, each escaped
-                pieces.append("|\\|")
+                out.append("|\\|")
+                length += 3
                 at += 2
                 continue
-        pieces.append(ch)
+        out.append(ch)
+        length += 1
         at += 1
-    return "".join(pieces)
+    return length
 
 
 def _spoiler_pairs(line: str) -> dict[int, str]:

@@ -84,6 +84,7 @@ FIXED = [
     "A my_var_name and 2*3*4 and a*b*c.",
     "数据 and 😀 and 👍🏽 in one line.",
     "Keep this ||secret|| hidden.",
+    "<div> `code <x>` after a line of HTML",  # escaping the tag makes the span code
 ]
 
 
