@@ -32,7 +32,7 @@ from gateway.metrics import Metrics
 from gateway.outbound import Outbound
 from gateway.resets import Resets
 from gateway.streaming import LiveReply, Streaming, mark_stopped
-from gateway.turn_records import Prepared
+from gateway.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
 from storage.models import Delivery, InboundRecord
@@ -221,13 +221,28 @@ class ChatWorker:
             log.warning("chat %s: message %s was tried %d times and stopped the gateway each "
                         "time; skipping it", record.chat_key, record.message_id,
                         record.attempts)
-            await self.store.finish_inbound([record.id], "failed")
-            await self._clear_previews(chat_of(record), [record])  # its cut-short previews
-            await self.outbound.answer(chat_of(record), SKIPPED, record.message_id)
+            await self._skip(record)
         retry = [r.id for r in again if r.attempts < MAX_ATTEMPTS]
         if retry:
             await self.store.retry_inbound(retry)
         return [r for r in records if r not in poison]
+
+    async def _skip(self, record: InboundRecord) -> None:
+        """Say SKIPPED to a poison message, durably: the answer is recorded for delivery
+        first and the row stays open until the platform has it, so a kill anywhere in
+        between says it on the next start (once; a send cut short is a maybe-duplicate,
+        as for replies), never not at all."""
+        chat = chat_of(record)
+        notice = await self.store.deliveries(record.id)
+        fresh = not notice
+        if fresh:
+            await self.store.record_notice(record.id, out_chunks(
+                await self.outbound.render(chat, SKIPPED), ()))
+            notice = await self.store.deliveries(record.id)
+        await self._clear_previews(chat, [record])  # its cut-short previews
+        if await self.outbound.deliver(chat, notice, record.message_id, just_stored=fresh):
+            await self.store.finish_inbound([record.id], "failed")
+            await self.outbound.delivered(chat, (record.message_id,))
 
     async def _read_attachments(self, chat: ChatRef, running: Running,
                                 records: list[InboundRecord]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 from storage.coordination import Coordination
@@ -12,6 +13,7 @@ from storage.models import (
     Delivery,
     InboundRecord,
     NewMessage,
+    OutChunk,
     SearchHit,
     SessionRecord,
     StoredMessage,
@@ -181,6 +183,11 @@ class SessionStore(ABC):
     @abstractmethod
     async def chat_moves(self) -> dict[tuple[str, str], str]:
         """Every move so far: (platform, old chat id) -> new chat id."""
+
+    @abstractmethod
+    async def record_notice(self, inbound_id: int, chunks: Sequence[OutChunk]) -> None:
+        """Record a short answer (not part of any session) for delivery to one message,
+        like a reply's chunks; chunks already recorded for it are kept as they are."""
 
     @abstractmethod
     async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:

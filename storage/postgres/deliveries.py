@@ -4,10 +4,11 @@ streamed reply was shown in, and chats that moved (docs/architecture.md, "Sendin
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage import rows
-from storage.models import Delivery
+from storage.models import Delivery, OutChunk
 from storage.postgres import queries as q
 
 if TYPE_CHECKING:
@@ -43,6 +44,12 @@ class DeliveryRows:
 
     async def chat_moves(self) -> dict[tuple[str, str], str]:
         return {(row[0], row[1]): row[2] for row in await self.fetch(q.CHAT_MOVES)}
+
+    async def record_notice(self, inbound_id: int, chunks: Sequence[OutChunk]) -> None:
+        async def work(con: Any) -> None:
+            if await con.fetchval(q.ANY_DELIVERY, inbound_id) is None:
+                await q.insert_delivery(con, inbound_id, None, chunks)
+        await self._run(work)
 
     async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:
         await self._execute(q.ADD_PREVIEW, inbound_id, position, message_id)

@@ -98,6 +98,7 @@ RETRY_INBOUND = ("UPDATE inbound SET attempts = attempts + 1 WHERE id = ANY($1::
                  f" AND {_OPEN}")
 DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
                  " FROM deliveries WHERE inbound_id = $1 ORDER BY chunk")
+ANY_DELIVERY = "SELECT 1 FROM deliveries WHERE inbound_id = $1 LIMIT 1"
 MARK_DELIVERED = ("UPDATE deliveries SET status = $1, platform_message_id = $2, sent_at = $3,"
                   " sending = 0"
                   " WHERE inbound_id = $4 AND chunk = $5 AND status = 'pending'")
@@ -307,12 +308,12 @@ async def update_pending_text(con: Con, key: tuple[str, str, str], text: str) ->
     return status
 
 
-async def insert_delivery(con: Con, inbound_id: int, reply: StoredMessage,
+async def insert_delivery(con: Con, inbound_id: int, reply_row_id: int | None,
                           chunks: Sequence[OutChunk]) -> None:
     if chunks:
         await con.executemany(
             "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
             " platform_message_id, sending) VALUES ($1, $2, $3, $4, $5, $6, $7)"
             " ON CONFLICT DO NOTHING",  # `sending` as in the SQLite store's insert_delivery
-            [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of,
+            [(inbound_id, i, reply_row_id, c.text, dumps(list(c.entities)), c.edit_of,
               int(i == 0 and c.edit_of is None)) for i, c in enumerate(chunks)])

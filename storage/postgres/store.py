@@ -277,7 +277,7 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             reply = (after or before or [None])[-1]
             await q.set_reply(con, turn.replied, reply)
             if turn.replied and reply is not None:
-                await q.insert_delivery(con, turn.replied[-1], reply, turn.delivery)
+                await q.insert_delivery(con, turn.replied[-1], reply.id, turn.delivery)
             await q.mark_inbound(con, turn.failed)
             await q.insert_usage(con, session_id, turn.usage, now)
             return await q.save_state(con, live_id, turn.engine_state, turn.last_prompt_tokens)

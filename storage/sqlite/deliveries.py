@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage import rows
-from storage.models import Delivery
+from storage.models import Delivery, OutChunk
 from storage.sqlite import queries as q
 
 if TYPE_CHECKING:
@@ -49,6 +50,12 @@ class DeliveryRows:
     async def chat_moves(self) -> dict[tuple[str, str], str]:
         found = await self._read(lambda db: q.fetch_all(db, q.CHAT_MOVES, (), tuple))
         return {(platform, old): new for platform, old, new in found}
+
+    async def record_notice(self, inbound_id: int, chunks: Sequence[OutChunk]) -> None:
+        def work(db: Db) -> None:
+            if not db.execute(q.ANY_DELIVERY, (inbound_id,)).fetchone():
+                q.insert_delivery(db, inbound_id, None, chunks)
+        await self._conn.submit(work, write=True)
 
     async def record_preview(self, inbound_id: int, position: int, message_id: str) -> None:
         await self._write_statement(q.ADD_PREVIEW, (inbound_id, position, message_id))

@@ -315,6 +315,7 @@ def update_pending_text(db: sqlite3.Connection, key: tuple[str, str, str],
 # --- deliveries ---------------------------------------------------------------------------------
 DELIVERY_COLUMNS = "inbound_id, chunk, text, entities, status, platform_message_id"
 DELIVERIES_OF = f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE inbound_id = ? ORDER BY chunk"
+ANY_DELIVERY = "SELECT 1 FROM deliveries WHERE inbound_id = ? LIMIT 1"
 MARK_DELIVERED = ("UPDATE deliveries SET status = ?, platform_message_id = ?, sent_at = ?,"
                   " sending = 0"
                   " WHERE inbound_id = ? AND chunk = ? AND status = 'pending'")
@@ -322,8 +323,8 @@ UNDELIVERED = (f"SELECT DISTINCT reply_row_id FROM deliveries WHERE reply_row_id
                " AND status = 'pending'")
 
 
-def insert_delivery(db: sqlite3.Connection, inbound_id: int, reply: StoredMessage,
-                          chunks: Sequence[OutChunk]) -> None:
+def insert_delivery(db: sqlite3.Connection, inbound_id: int, reply_row_id: int | None,
+                    chunks: Sequence[OutChunk]) -> None:
     """Record a reply's chunks as pending (a redelivered turn keeps the first record); a
     chunk that replaces a streamed preview carries the preview's message id. The first new
     message is marked `sending` already: it is sent right after this commits, and marking
@@ -333,7 +334,7 @@ def insert_delivery(db: sqlite3.Connection, inbound_id: int, reply: StoredMessag
     db.executemany(
         "INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,"
         " platform_message_id, sending) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        [(inbound_id, i, reply.id, c.text, dumps(list(c.entities)), c.edit_of,
+        [(inbound_id, i, reply_row_id, c.text, dumps(list(c.entities)), c.edit_of,
           int(i == 0 and c.edit_of is None)) for i, c in enumerate(chunks)])
 
 

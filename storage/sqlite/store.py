@@ -232,7 +232,7 @@ class SqliteSessionStore(DeliveryRows, SessionStore):
             reply = (after or before or [None])[-1]
             q.set_reply(db, turn.replied, reply)
             if turn.replied and reply is not None:
-                q.insert_delivery(db, turn.replied[-1], reply, turn.delivery)
+                q.insert_delivery(db, turn.replied[-1], reply.id, turn.delivery)
             q.mark_inbound(db, (), turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
             q.insert_usage(db, session_id, turn.usage, now)

@@ -79,3 +79,40 @@ async def test_a_message_that_kills_the_process_is_skipped_after_its_second_try(
     assert [m.text for m in fake_telegram.messages(ALICE)] == ["echo: hello from Alice"]
     assert attempts(tmp_path)[poison] == ("failed", 2)
     assert b"skipping it" in err and b"Traceback" not in err
+
+
+async def test_a_kill_while_the_skip_is_being_sent_still_says_it_once(
+        tmp_path, fake_openai, fake_telegram):
+    install_plugin(tmp_path, "kills-on-marker", "KillsOnMarker")
+    config = service_config(tmp_path, fake_telegram, fake_openai,
+                            context={"engine": "kills-on-marker"})
+    poison = f"please read this {KillsOnMarker.MARKER}"
+    fake_telegram.push(fake_telegram.updates.private_text(poison, BOB))
+    for _ in range(2):  # two turns on it, each killing the process
+        proc = await start(tmp_path, config)
+        await killed(proc)
+    assert attempts(tmp_path)[poison] == ("taken", 2)
+
+    # The third start skips it, and is killed while Telegram is down for its answer.
+    fake_telegram.fail_method_for("sendMessage", 502, 600)
+    sends = len(fake_telegram.calls_to("/sendMessage"))
+    third = await start(tmp_path, config)
+    try:
+        await fake_telegram.wait_for_call("/sendMessage", sends + 1, timeout=60)
+    finally:
+        third.kill()
+        await third.wait()
+    assert fake_telegram.messages(BOB) == []
+    fake_telegram.fail_method_for("sendMessage", 502, 0)  # back up
+
+    fourth = await start(tmp_path, config)
+    try:
+        [skipped] = await fake_telegram.wait_for_messages(BOB, 1, timeout=60)
+        fake_telegram.push(fake_telegram.updates.private_text("are you there?", BOB))
+        replies = await fake_telegram.wait_for_messages(BOB, 2, timeout=60)
+    finally:
+        fourth.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(fourth.communicate(), 60)
+    assert skipped.text == SKIPPED
+    assert [m.text for m in replies] == [SKIPPED, "echo: are you there?"]
+    assert attempts(tmp_path)[poison] == ("failed", 2)

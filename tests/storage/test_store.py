@@ -336,6 +336,19 @@ async def test_finish_inbound_closes_rows_that_never_became_a_turn(
         await store.finish_inbound([command.id], "pending")
 
 
+async def test_a_notice_is_recorded_once_and_finishes_nothing_by_itself(
+        store: SessionStore) -> None:
+    poison = await _ingest(store, "1", "poison")
+    await store.record_notice(poison.id, (OutChunk("skipped"),))
+    await store.record_notice(poison.id, (OutChunk("another"), OutChunk("more")))  # kept
+    [chunk] = await store.deliveries(poison.id)
+    assert (chunk.chunk, chunk.text, chunk.status) == (0, "skipped", "pending")
+    await store.mark_delivered(poison.id, 0, "m-1")
+    [still] = await store.inbound([poison.id])
+    assert still.status == "pending"  # open until the caller finishes it
+    assert [c.status for c in await store.deliveries(poison.id)] == ["sent"]
+
+
 async def test_a_reply_counts_as_answered_when_its_last_chunk_is_out(
         store: SessionStore) -> None:
     session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
