@@ -80,7 +80,8 @@ class Gateway(Recovering):
         # Several processes on one database: chat leases decide who answers (cluster.py).
         self.cluster = None if store.coordination is None else Cluster(
             store.coordination, open_rows=store.open_inbound, submit=self.router.submit,
-            busy=self.router.busy, adopt=self._adopt, ttl=lease_seconds)
+            busy=self.router.busy, adopt=self._adopt, ttl=lease_seconds,
+            moved=self._moved)
         self.loop = LoopWatch(observe=self.metrics.loop_lag.observe, report=self.record_lag)
         self.worker.loop = self.loop
         self._watch()

@@ -47,7 +47,8 @@ def job_ids(job: Job) -> list[int]:
 class Cluster:
     def __init__(self, coordination: Coordination, *, open_rows: Callable[[str], Awaitable[
                  list[InboundRecord]]], submit: Callable[[str, Job], None],
-                 busy: Callable[[str], bool], adopt: Adopt, ttl: float = 30.0) -> None:
+                 busy: Callable[[str], bool], adopt: Adopt, ttl: float = 30.0,
+                 moved: Callable[[str], None] = lambda chat_key: None) -> None:
         self.coordination = coordination
         self.holder = holder_name()
         self.ttl = ttl
@@ -55,6 +56,9 @@ class Cluster:
         self._submit = submit  # the router's submit
         self._busy = busy  # whether the router has work queued or running for a chat
         self._adopt = adopt
+        # Called when a chat comes here or goes: what this process cached of it (the
+        # agent, the live session) may be behind another process's turns; drop it.
+        self._moved = moved
         self.held: dict[str, float] = {}  # chat key -> when it last had work here
         self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
         self._tasks: set[asyncio.Task[None]] = set()
@@ -88,7 +92,7 @@ class Cluster:
             self._hand_over(chat_key, job)
             return
         if await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
-            self.held[chat_key] = time.monotonic()
+            self._took(chat_key)
             await self.adopt_open(chat_key)  # this job's row is among them, in its place
             return
         await self.coordination.notify(chat_key)  # the holder adopts it
@@ -114,10 +118,16 @@ class Cluster:
 
     async def offer(self, chat_key: str) -> None:
         """Take the chat when its lease is free (or ours) and adopt what it has open."""
-        if chat_key in self.held or await self.coordination.claim(
-                f"chat:{chat_key}", self.holder, self.ttl):
-            self.held.setdefault(chat_key, time.monotonic())
+        if chat_key in self.held:
             await self.adopt_open(chat_key)
+        elif await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
+            self._took(chat_key)
+            await self.adopt_open(chat_key)
+
+    def _took(self, chat_key: str) -> None:
+        """The chat is ours from now; whatever we knew of it before is not trusted."""
+        self._moved(chat_key)
+        self.held[chat_key] = time.monotonic()
 
     def _heard(self, chat_key: str) -> None:
         self._spawn(self.offer(chat_key), f"notice:{chat_key}")
@@ -148,6 +158,7 @@ class Cluster:
             log.warning("lost the lease of %s (renewed too late); another process takes it",
                         chat_key)
             self.held.pop(chat_key, None)
+            self._moved(chat_key)
         now = time.monotonic()
         for chat_key, last in list(self.held.items()):
             if not self._busy(chat_key) and now - last > self.ttl:
@@ -161,6 +172,7 @@ class Cluster:
     async def _release(self, chat_key: str) -> None:
         self.held.pop(chat_key, None)
         await self.coordination.release(f"chat:{chat_key}", self.holder)
+        self._moved(chat_key)
         # A row stored elsewhere while we held the chat, whose notice we may have missed:
         # take the chat again for it. Rows that left the ledger are forgotten.
         rows = await self._open_rows(chat_key)

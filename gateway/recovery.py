@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from gateway.commands import Invocation, parse_command
 from gateway.jobs import HoldJob, MessageJob, message_of, recovery_jobs
 from platforms.base import InboundMessage
+from storage.base import SessionStore
 from storage.models import InboundRecord
 
 if TYPE_CHECKING:
     from gateway.connections import Connections
+    from gateway.conversations import Conversations
     from gateway.router import ChatRouter
 
 
@@ -23,10 +25,18 @@ class Recovering:
 
     router: ChatRouter
     connections: Connections
+    conversations: Conversations
+    store: SessionStore
 
     async def _route(self, msg: InboundMessage, record: InboundRecord,
                      command: Invocation | None) -> Awaitable[object] | None:
         raise NotImplementedError
+
+    def _moved(self, chat_key: str) -> None:
+        """The chat came to this process or left it (cluster.py): nothing cached of it is
+        trusted, since another process may have answered it meanwhile."""
+        self.conversations.forget(chat_key)
+        self.store.forget_chat(chat_key)
 
     async def _adopt(self, record: InboundRecord) -> None:
         """A pending ledger row another process stored or left: routed as if received."""

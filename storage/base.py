@@ -185,6 +185,11 @@ class SessionStore(ABC):
         """Every move so far: (platform, old chat id) -> new chat id."""
 
     @abstractmethod
+    def forget_chat(self, chat_key: str) -> None:
+        """Drop what this process remembers of the chat's live session (another process
+        may have answered it meanwhile): the next lookup reads the store."""
+
+    @abstractmethod
     async def record_notice(self, inbound_id: int, chunks: Sequence[OutChunk]) -> None:
         """Record a short answer (not part of any session) for delivery to one message,
         like a reply's chunks; chunks already recorded for it are kept as they are."""

@@ -62,6 +62,12 @@ class LiveSessions:
                 and found.id == session_id:
             del self._by_chat[chat_key]
 
+    def forget_chat(self, chat_key: str) -> None:
+        """Another process may have moved the chat on: read the store next time."""
+        found = self._by_chat.pop(chat_key, None)
+        if found is not None:
+            self._chat_of.pop(found.id, None)
+
     def clear(self) -> None:
         self._by_chat.clear()
         self._chat_of.clear()

@@ -194,6 +194,9 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
                                     time.time())
         return await self._then(None, work, self._live.put)
 
+    def forget_chat(self, chat_key: str) -> None:
+        self._live.forget_chat(chat_key)
+
     async def open_session(self, chat_key: str, *, model: str | None,
                            system_prompt: str | None,
                            system_message: NewMessage | None = None) -> SessionRecord:

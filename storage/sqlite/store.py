@@ -140,6 +140,9 @@ class SqliteSessionStore(DeliveryRows, SessionStore):
             None, lambda db: q.new_root(db, chat_key, model, system_prompt, system_message),
             self._live.put)
 
+    def forget_chat(self, chat_key: str) -> None:
+        self._live.forget_chat(chat_key)
+
     async def open_session(self, chat_key: str, *, model: str | None,
                            system_prompt: str | None,
                            system_message: NewMessage | None = None) -> SessionRecord:

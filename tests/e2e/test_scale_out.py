@@ -4,6 +4,8 @@ in order, a killed process's chats taken over (issue 18, acceptance 2-4)."""
 from __future__ import annotations
 
 import asyncio
+import random
+import re
 
 import asyncpg
 
@@ -42,9 +44,27 @@ async def _check_once_and_in_order(fake_telegram, fake_openai, db_url: str, *,
         # twice.)
         assert replies == sorted(set(replies)) and replies, (
             chat, [(m.reply_to, m.message_id, round(m.at, 3), m.text[:60]) for m in ours])
+    _every_request_holds_its_history(fake_openai)
     calls, sent = len(fake_openai.calls_to("/chat/completions")), len(fake_telegram.messages())
     # Every model answer was sent once; only turns cut off by the kill asked for nothing.
     assert 0 <= calls - sent <= (CHATS if killed else 0), (calls, sent)
+
+
+def _every_request_holds_its_history(fake_openai) -> None:
+    """Each model request carries every earlier message of its chat: a process that took a
+    chat over never answers from the history it cached before another process moved on."""
+    stale = []
+    for call in fake_openai.calls_to("/chat/completions"):
+        said = " ".join(str(m.get("content")) for m in call.json["messages"]
+                        if m.get("role") == "user")
+        asked = re.findall(r"c(\d+) m(\d+)", said)
+        if not asked:
+            continue
+        chat, last = asked[-1][0], int(asked[-1][1])
+        missing = [k for k in range(last) if f"c{chat} m{k}" not in said]
+        if missing:
+            stale.append((chat, last, missing))
+    assert not stale, f"{len(stale)} requests missed earlier messages: {stale[:5]}"
 
 
 async def _send_all(fake_telegram, instances: list[Instance], *, kill_at: int | None = None
@@ -146,3 +166,36 @@ async def test_polling_runs_one_poller_and_the_other_takes_over_when_it_dies(
     assert "standing by" in standby.log()
     await _check_once_and_in_order(fake_telegram, fake_openai, postgres_url, killed=True,
                                    chats=chats, per_chat=per_chat)
+
+
+async def _no_chat_held(db_url: str, timeout: float = 60.0) -> None:  # noqa: ASYNC109
+    """Wait until every process gave its chats up (idle for a lease)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await rows(db_url, "SELECT count(*) FROM leases WHERE name LIKE 'chat:%'"))[0][0]:
+        assert loop.time() < deadline, "chat leases still held"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_chat_that_moves_between_processes_is_answered_with_its_whole_history(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    """Each round, every chat writes once to a random process, after every process gave
+    the chats up: a chat comes back to a process that answered it rounds ago, whose cached
+    agent and live session miss what the others answered since (issue 34, point 1)."""
+    rng = random.Random(3401)
+    chats, rounds = 20, 6
+    fake_openai.answer_delay_s = 0.05
+    instances = list(await asyncio.gather(*(
+        start_instance(tmp_path / f"p{i}", fake_telegram, fake_openai.base_url, postgres_url,
+                       lease_seconds=LEASE) for i in range(3))))
+    try:
+        for k in range(rounds):
+            for chat in range(chats):
+                update = fake_telegram.updates.private_text(_text(chat, k), FIRST_USER + chat)
+                await post(fake_telegram, instances, rng.randrange(3), update)
+            await _all_answered(postgres_url, chats * (k + 1))
+            await _no_chat_held(postgres_url)
+    finally:
+        await stop_all(instances)
+    await _check_once_and_in_order(fake_telegram, fake_openai, postgres_url, chats=chats,
+                                   per_chat=rounds)
