@@ -14,7 +14,8 @@ from gateway.cluster import Cluster
 from gateway.commands import CommandTable, Invocation, default_commands, parse_command
 from gateway.connections import Connections
 from gateway.conversations import Conversations
-from gateway.jobs import CommandJob, Job, MessageJob, extra_of
+from gateway.intake import Intake, NotStored
+from gateway.jobs import CommandJob, Job, MessageJob
 from gateway.loopwatch import SETTING as LOOP_SETTING
 from gateway.loopwatch import LoopWatch, Minute
 from gateway.metrics import Metrics
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 30.0
 
 
-class Gateway(Recovering):
+class Gateway(Intake, Recovering):
     """Receives messages from adapters, gates them, and answers each chat in order, once.
 
     Lifecycle: `initialize()` (store, adapters), `start()` (receive, recover what a crash
@@ -91,6 +92,8 @@ class Gateway(Recovering):
             cluster=self.cluster, recover=self._recover,
             running=lambda: self._state == "running")
         self.worker.platforms_down = self.connections.describe
+        self.worker.again = self._again_when_stored
+        self._waiting: set[asyncio.Task[None]] = set()
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.
         self._handling = 0
@@ -116,6 +119,12 @@ class Gateway(Recovering):
             "formatting replies) by how they ended", ("pool", "outcome"),
             lambda: [(p.name, p.outcomes) for p in (self.reader.pool,
                                                      self.outbound.renderer.pool)])
+        if self.cluster is not None:
+            cluster = self.cluster
+            self.metrics.watch_times(
+                "threadline_cluster_last_ok_timestamp_seconds", "When each cluster loop "
+                "(renew, heartbeat, listen) last did its work (unix seconds)", "loop",
+                lambda: cluster.last_ok)
 
     # --- lifecycle --------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -171,8 +180,8 @@ class Gateway(Recovering):
             log.warning("shutdown: %d message(s) still being handled after %.0fs",
                         self._handling, drain_timeout)
         await self.router.drain(max(0.0, deadline - loop.time()))
-        for task in list(self._answering.values()):  # still trying to say something: it
-            task.cancel()  # stays stored, and a command's row says whether it was answered
+        for task in [*self._answering.values(), *self._waiting]:  # still trying to say
+            task.cancel()  # something, or waiting for the store: it stays stored
         if self.cluster is not None:  # drained: others may take our chats at once
             try:
                 await self.cluster.release_all()
@@ -215,20 +224,24 @@ class Gateway(Recovering):
         await asyncio.gather(*(a.wait_closed() for a in self.adapters.values()))
 
     # --- inbound ------------------------------------------------------------------------
-    async def handle(self, msg: InboundMessage) -> None:
+    async def handle(self, msg: InboundMessage) -> bool:
         """An adapter's entry point: returns once the message is stored in the ledger (or
         deliberately ignored) and in its chat's order; what is said about it follows
         later, so an adapter handing messages over one by one (a poller that confirms
         each once stored) is never held up by a reply. Never raises into the platform
-        library."""
+        library. False when the store could not take it: a platform that delivers it
+        again is left to (nothing is said); elsewhere the user hears it failed."""
         self._handling += 1
         self._quiet.clear()
         lock, users = self._entering.setdefault(msg.chat_key, (asyncio.Lock(), [0]))
         users[0] += 1
         after: Awaitable[object] | None = None
+        stored = True
         try:
             async with lock:
                 after = await self._accept(msg)
+        except NotStored as exc:
+            stored, after = False, self._not_stored(msg, exc)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
             after = self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)
@@ -246,6 +259,7 @@ class Gateway(Recovering):
             task.add_done_callback(
                 lambda done: self._answering.pop(key) if self._answering.get(key) is done
                 else None)
+        return stored
 
     async def _then(self, msg: InboundMessage, work: Awaitable[object],
                     before: asyncio.Task[None] | None) -> None:
@@ -282,10 +296,7 @@ class Gateway(Recovering):
             return self._refuse(msg)
         if msg.is_edit:
             return await self._edit(msg)
-        record = await self.store.ingest(
-            platform=msg.platform, chat_id=msg.chat_id, message_id=msg.message_id,
-            chat_key=msg.chat_key, text=msg.text, sender_id=msg.user_id,
-            sender_name=msg.user_name, extra=extra_of(msg))
+        record = await self._ingest(msg)
         if record is None:
             log.info("ignoring redelivered message %s in %s", msg.message_id, msg.chat_key)
             await self.outbound.delivered(msg.chat, (msg.message_id,))
@@ -295,45 +306,6 @@ class Gateway(Recovering):
                      "restart", msg.message_id, msg.chat_key)
             return None
         return await self._route(msg, record, command)
-
-    async def _deleted(self, msg: InboundMessage) -> None:
-        """Its author took the message back: one still waiting for its turn is skipped
-        (the worker reads the row's status before the turn)."""
-        found = await self.store.find_inbound(msg.platform, msg.chat_id, msg.message_id)
-        if found is None or found.status != "pending":
-            return
-        await self.store.finish_inbound([found.id], "failed")
-        log.info("message %s in %s was deleted before its turn; skipped", msg.message_id,
-                 msg.chat_key)
-        await self.outbound.delivered(msg.chat, (msg.message_id,))
-
-    def _says_nothing(self, msg: InboundMessage) -> bool:
-        """A group message with nothing visible (only zero-width characters, say) is
-        ignored; in a private chat it gets the short "empty" answer (`_unreadable`)."""
-        if not msg.is_group or msg.attachments or visible(msg.text):
-            return False
-        log.info("ignoring message %s in %s: nothing visible in it", msg.message_id,
-                 msg.chat_key)
-        return True
-
-    async def _refuse(self, msg: InboundMessage) -> None:
-        refusal = self.auth.refusal(msg)
-        if refusal:
-            await self.outbound.send(msg.chat, refusal, msg.message_id, private=True)
-        await self.outbound.delivered(msg.chat, (msg.message_id,))
-
-    def _addressed(self, msg: InboundMessage, command: Invocation | None) -> bool:
-        """Whether the message is for us at all; everything else is ignored unanswered."""
-        if msg.is_bot:
-            return False  # other bots, and our own echoes
-        adapter = self.adapters.get(msg.platform)
-        ours = adapter.bot_username if adapter else None
-        if command is not None and command.bot and ours and command.bot.lower() != ours.lower():
-            log.info("ignoring /%s in %s: it is addressed to @%s", command.name, msg.chat_key,
-                     command.bot)
-            return False
-        # Unaddressed group chatter never reaches the model.
-        return not msg.is_group or msg.addressed_to_bot or msg.reply_to_bot
 
     async def _route(self, msg: InboundMessage, record: InboundRecord,
                      command: Invocation | None) -> Awaitable[object] | None:

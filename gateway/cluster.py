@@ -62,21 +62,30 @@ class Cluster:
         self.held: dict[str, float] = {}  # chat key -> when it last had work here
         self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
         self._tasks: set[asyncio.Task[None]] = set()
-        self._beat: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        # When each background loop last did its work without an error (unix seconds), for
+        # metrics: a loop that keeps failing shows as a time that stops moving.
+        self.last_ok: dict[str, float] = {}
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
-        await self.coordination.listen(self._heard)
+        await self.coordination.listen(self._heard, self._relisten)
+        self.last_ok["listen"] = time.time()
         await self.sweep()  # what a dead process (or our own last run) left open
-        self._beat = asyncio.create_task(self._heartbeat(), name="cluster-heartbeat")
+        # Renewal runs on its own: other heartbeat work (a slow sweep) never delays it.
+        self._loops = [asyncio.create_task(self._forever("renew", self.renew),
+                                           name="cluster-renew"),
+                       asyncio.create_task(self._forever("heartbeat", self.beat),
+                                           name="cluster-heartbeat")]
 
     async def stop(self) -> None:
         """Stop adopting new work; the leases stay until released by `release_all`."""
-        if self._beat is not None:
-            self._beat.cancel()
+        loops, self._loops = self._loops, []
+        for task in loops:
+            task.cancel()
+        for task in loops:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._beat
-            self._beat = None
+                await task
         for task in list(self._tasks):
             task.cancel()
 
@@ -138,27 +147,53 @@ class Cluster:
                 await work
             except StoreError as exc:
                 log.warning("cluster: %s failed: %s", name, exc)
+            except Exception:
+                log.exception("cluster: %s failed", name)
         task = asyncio.create_task(run(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # --- the heartbeat ----------------------------------------------------------------
-    async def _heartbeat(self) -> None:
+    async def _forever(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
+        """`work` every third of a lease for as long as the process runs. A failure (the
+        database restarting, a bug) is logged and tried again after a short pause; the
+        loop itself never ends but by cancellation (docs/scale-out.md)."""
+        pause = self.ttl / 3
+        failures = 0
         while True:
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(pause if not failures else min(pause, 0.5 * failures))
             try:
-                await self.beat()
-            except StoreError as exc:
-                log.warning("cluster heartbeat failed: %s", exc)
+                await work()
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
+                failures += 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "cluster %s failed (%s); trying again", name, exc,
+                        exc_info=not isinstance(exc, StoreError))
+                continue
+            if failures:
+                log.info("cluster %s works again after %d failed tries", name, failures)
+            failures = 0
+            self.last_ok[name] = time.time()
 
-    async def beat(self) -> None:
-        """Renew; give up idle chats; adopt chats nobody attends."""
+    async def renew(self) -> None:
+        """Extend our leases; a chat whose lease was lost is dropped from ours."""
         kept = await self.coordination.renew(self.holder, self.ttl)
         for chat_key in [k for k in self.held if f"chat:{k}" not in kept]:
             log.warning("lost the lease of %s (renewed too late); another process takes it",
                         chat_key)
             self.held.pop(chat_key, None)
             self._moved(chat_key)
+
+    def _relisten(self) -> None:
+        """Listening again after the connection was lost: notices sent meanwhile were
+        missed, so look at our chats and the unattended ones as a notice would."""
+        self.last_ok["listen"] = time.time()
+        for chat_key in list(self.held):
+            self._spawn(self.offer(chat_key), f"relisten:{chat_key}")
+        self._spawn(self.sweep(), "relisten-sweep")
+
+    async def beat(self) -> None:
+        """Give up idle chats; adopt chats nobody attends."""
         now = time.monotonic()
         for chat_key, last in list(self.held.items()):
             if not self._busy(chat_key) and now - last > self.ttl:

@@ -21,6 +21,11 @@ def redact_platform_tokens(text: str) -> str:
     return _FIELD_TOKEN.sub(rf"\1{REDACTED}", text)
 
 
+# Loggers of libraries whose tracebacks say nothing more than the error: asyncpg's pool
+# logs one at every try to reconnect while the database is down.
+ONE_LINE = frozenset({"asyncpg.pool"})
+
+
 class RedactingFilter(logging.Filter):
     """Redacts every record it sees. Attach it to handlers: logger filters skip propagation."""
 
@@ -52,6 +57,11 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # bad format args: keep what we have rather than lose the line
             message = f"{record.msg} {record.args!r}"
+        if record.name in ONE_LINE and record.exc_info and record.exc_info[1] is not None:
+            # A library retrying through an outage: its error in a word, not a traceback
+            # at every try.
+            message = f"{message} ({record.exc_info[1]!r})"
+            record.exc_info, record.exc_text = None, None
         record.msg = self.redact(message)
         record.args = None
         if record.exc_info and not record.exc_text:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from agent.errors import ProviderError
 from agent.providers.base import Completion, Provider
@@ -101,6 +101,11 @@ class Metrics:
         (adapters, worker pools): `sources()` gives (first label value, {second: count})."""
         self.registry.register(_Counted(name, doc, labels, sources))
 
+    def watch_times(self, name: str, doc: str, label: str,
+                    source: Callable[[], Mapping[str, float]]) -> None:
+        """A gauge family read at scrape time: {label value: unix seconds}."""
+        self.registry.register(_Times(name, doc, label, source))
+
     def watch_router(self, activity: Callable[[], tuple[int, int]]) -> None:
         """Queue depth and running turns, read at scrape time."""
         self.queue_depth.set_function(lambda: activity()[0])
@@ -139,6 +144,23 @@ class _Counted:
         for owner, counts in self._sources():
             for what, count in sorted(counts.items()):
                 family.add_metric([owner, what], count)
+        yield family
+
+
+class _Times:
+    """A scrape-time gauge of moments kept elsewhere (when a loop last worked, say)."""
+
+    def __init__(self, name: str, doc: str, label: str,
+                 source: Callable[[], Mapping[str, float]]) -> None:
+        self._name, self._doc, self._label, self._source = name, doc, label, source
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self._name, self._doc, labels=[self._label])
+        for what, when in sorted(self._source().items()):
+            family.add_metric([what], when)
         yield family
 
 

@@ -8,6 +8,7 @@ nothing cancels: a stop either wins before the write, or loses and the reply arr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -35,6 +36,7 @@ from gateway.streaming import LiveReply, Streaming, mark_stopped
 from gateway.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
+from storage.errors import StoreError
 from storage.models import Delivery, InboundRecord
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ class ChatWorker:
         self.auth = auth
         self.loop: LoopWatch | None = None  # the gateway's pulse, for /status
         self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
+        # Runs jobs again once the store answers (set by the gateway, recovery.py).
+        self.again: Callable[[str, list[MessageJob]], None] = lambda chat_key, jobs: None
 
     async def process(self, chat_key: str, running: Running) -> None:
         job = running.jobs[0]
@@ -163,6 +167,9 @@ class ChatWorker:
                 running, self.conversations.prepare(chat, records, live, parts))
         except NothingLeft:  # every message of the batch was deleted while it waited
             prepared, failure = None, "deleted"
+        except StoreError as exc:
+            prepared, failure = None, "unreachable"
+            log.warning("chat %s: the database is out of reach (%s)", chat_key, exc)
         except Exception:
             log.exception("turn failed in %s", chat_key)
             prepared, failure = None, "failed"
@@ -173,6 +180,8 @@ class ChatWorker:
         if failure == "deleted":
             log.info("chat %s: nothing left to answer (deleted before its turn)", chat_key)
             return
+        if failure == "unreachable":
+            return self._unreachable(chat, records)
         if prepared is None:
             outcome = failure or running.stop_reason or "failed"
             self.metrics.turns.labels(outcome).inc()
@@ -188,6 +197,10 @@ class ChatWorker:
         try:
             committed = await self.conversations.commit(
                 prepared, functools.partial(self.outbound.render, chat), previews)
+        except StoreError as exc:
+            log.warning("chat %s: storing the turn failed: the database is out of reach (%s)",
+                        chat.key, exc)
+            return self._unreachable(chat, records)
         except Exception:
             log.exception("storing the turn failed in %s", chat.key)
             self.metrics.turns.labels("failed").inc()
@@ -207,6 +220,17 @@ class ChatWorker:
         await self.outbound.send_all(chat, (*(committed.before if shown else ()),
                                             *committed.after))
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
+
+    def _unreachable(self, chat: ChatRef, records: list[InboundRecord]) -> None:
+        """The store failed mid-turn: nothing is said and the messages stay open; the
+        turn runs again from what the store holds once it answers (`again`)."""
+        self.conversations.forget(chat.key)  # it may hold what was never stored
+        self.metrics.turns.labels("failed").inc()
+        log.warning("chat %s: the turn runs again once the database is back", chat.key)
+        # As new messages: the store's own status is read again, and no attempt is counted
+        # (a database outage says nothing about the message).
+        self.again(chat.key, [MessageJob(chat, dataclasses.replace(r, status="pending"))
+                              for r in records])
 
     async def _retried(self, records: list[InboundRecord]) -> list[InboundRecord]:
         """Messages to answer, leaving out poison. A taken message comes back only when a

@@ -178,7 +178,11 @@ class FileTooLarge(DownloadError):
         self.size = size
 
 
-Handler = Callable[[InboundMessage], Awaitable[None]]
+# The gateway's entry point. False: the message could not be stored (the database is
+# out of reach) and nothing was said; a platform that can deliver it again should
+# (a webhook answers 503, a poller does not confirm it). Otherwise it is in the ledger
+# or was ignored on purpose.
+Handler = Callable[[InboundMessage], Awaitable[bool | None]]
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,9 @@ class PlatformAdapter(ABC):
     # Whether only one process at a time may receive for this bot (polling: two pollers
     # take updates from each other). Gateways sharing a database elect that one.
     exclusive: bool = False
+    # Whether the platform delivers a message again when the handler could not store it
+    # (Telegram's webhook and getUpdates do). When not, the gateway answers it instead.
+    redelivers: bool = False
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler

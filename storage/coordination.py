@@ -36,5 +36,8 @@ class Coordination(ABC):
         """Tell whoever holds the chat that it has a new message."""
 
     @abstractmethod
-    async def listen(self, callback: Callable[[str], None]) -> None:
-        """Call `callback(chat_key)` on every notice, from now until the store shuts down."""
+    async def listen(self, callback: Callable[[str], None],
+                     reconnected: Callable[[], None] = lambda: None) -> None:
+        """Call `callback(chat_key)` on every notice, from now until the store shuts down.
+        A lost connection is made again (with growing pauses) for as long as that lasts;
+        `reconnected()` is called then, since notices sent meanwhile were missed."""

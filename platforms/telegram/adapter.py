@@ -88,6 +88,8 @@ class TelegramAdapter(PlatformAdapter):
             raise ValueError("telegram webhook mode needs a secret token")
         self.settings = settings
         self.exclusive = settings.mode == "polling"  # Telegram allows one getUpdates caller
+        self.redelivers = True  # an update not confirmed comes again
+        self._unstored: set[int] = set()  # updates the gateway could not store
         # A webhook's updates are handled concurrently (the gateway keeps each chat in order
         # itself); our poller hands them over one at a time, each confirmed once stored.
         # PTB's own Updater is not used (polling.py says why).
@@ -107,7 +109,7 @@ class TelegramAdapter(PlatformAdapter):
         self.app.add_error_handler(self._on_error)
         self.admins = AdminCache(self._member_status)
         self.webhook: WebhookServer | None = None
-        self.poller = Poller(self.app.bot, self.app.process_update, self.counters,
+        self.poller = Poller(self.app.bot, self.process, self.counters,
                              timeout_s=settings.poll_timeout_s,
                              allowed_updates=ALLOWED_UPDATES) if self.exclusive else None
 
@@ -122,7 +124,7 @@ class TelegramAdapter(PlatformAdapter):
             await self.poller.start()
         else:
             assert s.secret_token is not None
-            self.webhook = WebhookServer(self.app, listen=s.listen, port=s.port,
+            self.webhook = WebhookServer(self.app, self.process, listen=s.listen, port=s.port,
                                          path=_path_of(s.webhook_url),
                                          secret_token=s.secret_token, counters=self.counters)
             await self.webhook.start()
@@ -154,8 +156,17 @@ class TelegramAdapter(PlatformAdapter):
             return
         msg = to_inbound(message, self.app.bot.bot, edited=update.edited_message is not None,
                          require_mention=self.settings.require_mention)
-        if msg is not None:
-            await self.handler(msg)
+        if msg is not None and await self.handler(msg) is False:
+            self._unstored.add(update.update_id)
+
+    async def process(self, update: Update) -> bool:
+        """Hand an update to the application; False when the gateway could not store it
+        (then Telegram must deliver it again: not confirmed, or answered 503)."""
+        await self.app.process_update(update)
+        if update.update_id in self._unstored:
+            self._unstored.discard(update.update_id)
+            return False
+        return True
 
     async def check_admin(self, msg: InboundMessage) -> bool:
         """A group's administrators, asked of Telegram (and remembered a while) only when a

@@ -42,7 +42,8 @@ SUMMARY_EVERY_S = 60.0  # a failure that goes on is summed up this often at most
 READ_MARGIN_S = 5.0  # on top of the long poll's own timeout (PTB's default read timeout)
 BATCH = 100  # the most updates one getUpdates returns
 
-Process = Callable[[Update], Awaitable[None]]
+# Hands an update to the application; False when it could not be stored (deliver again).
+Process = Callable[[Update], Awaitable[bool]]
 
 
 class Poller:
@@ -51,7 +52,7 @@ class Poller:
     def __init__(self, bot: Bot, process: Process, counters: collections.Counter[str], *,
                  timeout_s: float, allowed_updates: Sequence[str]) -> None:
         self.bot = bot
-        self.process = process  # Application.process_update: returns once handled
+        self.process = process  # returns once handled: False when it was not stored
         self.counters = counters
         self.timeout = dtm.timedelta(seconds=timeout_s)
         self.allowed_updates = list(allowed_updates)
@@ -95,7 +96,11 @@ class Poller:
                 batch = await self._next_batch()
                 if batch is None:
                     return
-                if not await self._hand_over(batch):
+                handed = await self._hand_over(batch)
+                if handed is None:  # the database is out of reach: Telegram keeps the rest
+                    await self._wait_out(TelegramError("an update could not be stored; it "
+                                                       "is asked for again"))
+                elif not handed:
                     # Nothing in it could be confirmed: asking at once would get it again.
                     await self._wait_out(TelegramError("getUpdates answered updates "
                                                        "without an update_id"))
@@ -121,21 +126,25 @@ class Poller:
             return batch
         return None
 
-    async def _hand_over(self, batch: list[Any]) -> bool:
+    async def _hand_over(self, batch: list[Any]) -> bool | None:
         """Each update to the application in update_id order, the offset moving past each
-        once it was handled. False when the batch held nothing to confirm."""
+        once it was handled. False when the batch held nothing to confirm; None when an
+        update could not be stored (it and the rest of the batch come again)."""
         before = self.offset
         for raw in sorted(batch, key=lambda raw: update_id_of(raw) or 0):
             if self._stopping:
                 return True  # not confirmed: the rest comes again
-            await self._one(raw)
+            if not await self._one(raw):
+                return None
         return not batch or self.offset != before
 
-    async def _one(self, raw: Any) -> None:
+    async def _one(self, raw: Any) -> bool:
+        """Hand one update over; False when it could not be stored (not confirmed)."""
         update = read_update(raw, self.bot, self.counters)  # logged and counted if not
         if update is not None:
             try:
-                await self.process(update)
+                if not await self.process(update):
+                    return False
             except Exception as exc:  # a handler's own error goes to the adapter's error
                 # handler inside process_update; this is the library failing around it
                 self.counters[FAILED] += 1
@@ -144,6 +153,7 @@ class Poller:
         update_id = update_id_of(raw)
         if update_id is not None:
             self.offset = max(self.offset, update_id + 1)
+        return True
 
     async def _wait_out(self, exc: Exception) -> None:
         pause = self._pauses.after(exc)

@@ -1,7 +1,9 @@
 """The webhook receiver: Telegram's POST is answered only once the update was handled.
 
 python-telegram-bot's own webhook server answers 200 as soon as the update is queued, so
-a crash right after it loses the update: Telegram considers it delivered. Here the update
+a crash right after it loses the update: Telegram considers it delivered. An update the
+gateway could not store (its database out of reach) is answered 503, so Telegram (and a
+balancer in front) delivers it again. Here the update
 is handed to the Application at once and the answer waits until our handler stored the
 message (the gateway's ledger write); a process killed before that answers nothing, and
 Telegram sends the update again, to this or another process (docs/scale-out.md).
@@ -17,8 +19,10 @@ import collections
 import hmac
 import json
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from telegram import Update
 from telegram.ext import Application
 
 from platforms.telegram.updates import read_update
@@ -29,9 +33,11 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
 
 class WebhookServer:
-    def __init__(self, app: Application, *, listen: str, port: int, path: str,
+    def __init__(self, app: Application, process: Callable[[Update], Awaitable[bool]], *,
+                 listen: str, port: int, path: str,
                  secret_token: str, counters: collections.Counter[str]) -> None:
         self.app = app
+        self.process = process  # False: the update could not be stored
         self.counters = counters
         self.secret = secret_token
         self.address = (listen, port)
@@ -59,5 +65,7 @@ class WebhookServer:
         update = read_update(raw, self.app.bot, self.counters, size=len(body))
         if update is None:
             return web.Response(status=200)  # a retry would be as unreadable
-        await self.app.process_update(update)
+        if not await self.process(update):
+            # Not stored (the database is out of reach): Telegram sends it again later.
+            return web.Response(status=503, text="not stored; send it again")
         return web.Response(status=200)

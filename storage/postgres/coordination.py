@@ -3,11 +3,14 @@
 A lease row is taken with one upsert that only succeeds when the row is free, expired or
 already the caller's, so two processes can never both hold it; expiry is judged by the
 database's clock, so the processes' clocks may disagree. Notices are LISTEN/NOTIFY on one
-channel, carrying the chat key; the listening connection is held apart from the pool.
+channel, carrying the chat key; the listening connection is held apart from the pool,
+and made again (LISTEN included) whenever it is lost.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,6 +26,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHANNEL = "threadline_chats"
+CONNECT_TIMEOUT_S = 10.0
+PING_EVERY_S = 15.0  # a quiet notice connection is checked this often
+FIRST_PAUSE_S = 0.25  # between tries to listen again, doubling up to the longest
+LONGEST_PAUSE_S = 5.0
+_LOST = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 _NOW = "extract(epoch from clock_timestamp())"
 CLAIM = f"""INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, {_NOW} + $3)
     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
@@ -41,6 +49,8 @@ class PostgresCoordination(Coordination):
     def __init__(self, store: PostgresSessionStore) -> None:
         self._store = store
         self._listener: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()  # set when the notice connection ends
+        self._keeper: asyncio.Task[None] | None = None
 
     async def claim(self, name: str, holder: str, ttl: float) -> bool:
         found = await self._store.fetch(CLAIM, name, holder, ttl)
@@ -58,19 +68,75 @@ class PostgresCoordination(Coordination):
     async def notify(self, chat_key: str) -> None:
         await self._store.fetch("SELECT pg_notify($1, $2)", CHANNEL, chat_key)
 
-    async def listen(self, callback: Callable[[str], None]) -> None:
-        if self._listener is not None:
+    async def listen(self, callback: Callable[[str], None],
+                     reconnected: Callable[[], None] = lambda: None) -> None:
+        if self._keeper is not None:
             raise StoreError("already listening")
+        try:
+            await self._connect(callback)
+        except _LOST as exc:
+            raise StoreError(f"{self._store.label}: cannot listen for notices: {exc}") from None
+        self._keeper = asyncio.create_task(self._keep_listening(callback, reconnected),
+                                           name="cluster-listen")
 
+    async def _connect(self, callback: Callable[[str], None]) -> None:
         def heard(_con: Any, _pid: int, _channel: str, payload: str) -> None:
             callback(payload)
+        lost = asyncio.Event()
+        listener = await asyncpg.connect(self._store.url, timeout=CONNECT_TIMEOUT_S)
+        listener.add_termination_listener(lambda _con: lost.set())
         try:
-            self._listener = await asyncpg.connect(self._store.url)
-            await self._listener.add_listener(CHANNEL, heard)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise StoreError(f"{self._store.label}: cannot listen for notices: {exc}") from None
+            await listener.add_listener(CHANNEL, heard)
+        except BaseException:
+            listener.terminate()
+            raise
+        self._listener, self._lost = listener, lost
+
+    async def _keep_listening(self, callback: Callable[[str], None],
+                              reconnected: Callable[[], None]) -> None:
+        """Whenever the notice connection is lost (a database restart, a network cut),
+        connect and LISTEN again, pausing longer after each failed try."""
+        while True:
+            await self._until_lost()
+            log.warning("cluster: the notice connection to %s was lost; connecting again",
+                        self._store.label)
+            pause = FIRST_PAUSE_S
+            while True:
+                try:
+                    await self._connect(callback)
+                    break
+                except _LOST as exc:
+                    log.debug("cluster: listening again failed (%s); next try in %.1f s",
+                              exc, pause)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, LONGEST_PAUSE_S)
+            log.info("cluster: listening for notices again")
+            reconnected()
+
+    async def _until_lost(self) -> None:
+        """Return once the notice connection ended, or stopped answering a ping (a cut
+        that closed nothing, then closed here)."""
+        while True:
+            try:
+                await asyncio.wait_for(self._lost.wait(), PING_EVERY_S)
+                return
+            except TimeoutError:
+                pass
+            listener = self._listener
+            try:
+                if listener is not None:
+                    await listener.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+            except _LOST:
+                if listener is not None:
+                    listener.terminate()
+                return
 
     async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         listener, self._listener = self._listener, None
         if listener is not None:
             try:

@@ -87,6 +87,19 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the test's own, durable (fsync on), to halt and resume as
+    outages and restarts do, without touching the session's shared server."""
+    server = PostgresServer(Path(tempfile.mkdtemp(prefix="threadline-pg-")), fsync="on",
+                            synchronous_commit="on", full_page_writes="on")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 async def postgres_url(postgres_server: PostgresServer) -> str:
     """The URL of a new, empty database of its own on the session's server."""
     return await postgres_server.fresh_database()

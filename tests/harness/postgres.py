@@ -91,8 +91,9 @@ class PostgresServer:
     Under root the server runs as the `postgres` account, which needs to reach `base`:
     a directory made by `tempfile.mkdtemp()` in /tmp works, pytest's `tmp_path` does not."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, **settings: str) -> None:
         self.base = base
+        self.settings = {**SERVER_SETTINGS, **settings}
         self.data = base / "data"
         self.sockets = base / "sockets"
         self.log = base / "postgres.log"
@@ -115,15 +116,34 @@ class PostgresServer:
                 os.chown(path, account.pw_uid, account.pw_gid)
         self._initdb(initdb)
         self.port = free_tcp_port()
+        self._launch(postgres)
+
+    def _launch(self, postgres: Path) -> None:
         command = [str(postgres), "-D", str(self.data), "-p", str(self.port),
                    "-k", str(self.sockets)]
-        for name, value in SERVER_SETTINGS.items():
+        for name, value in self.settings.items():
             command += ["-c", f"{name}={value}"]
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.base, **self._account_options())
         self._wait_until_ready(self._process)
+
+    def halt(self) -> None:
+        """Stop the server as an outage or a restart does (fast shutdown: connections are
+        cut); its data stays, for `resume()`."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def resume(self) -> None:
+        """Start the halted server again, on the same port, with the same data."""
+        self._launch(find_binaries()[1])
 
     async def fresh_database(self) -> str:
         """Create a new, empty database and return its URL."""
@@ -138,14 +158,7 @@ class PostgresServer:
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT), SIGKILL after a grace period, then delete `base`."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        self.halt()
         shutil.rmtree(self.base, ignore_errors=True)
 
     def _initdb(self, initdb: Path) -> None:

@@ -1,0 +1,146 @@
+"""Several `threadline run` processes on one durable PostgreSQL while the database goes
+away and comes back (issue 34): an update that could not be stored is refused (503) so
+Telegram sends it again; every update that got a 2xx is answered once, in order; the
+processes need no restart, and notices between them work again afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tests.e2e.test_scale_out import _all_answered, _every_request_holds_its_history, _text
+from tests.harness.cluster import (
+    SECRET,
+    Instance,
+    rows,
+    start_instance,
+    stop_all,
+    user_texts,
+)
+from tests.harness.waiting import eventually
+
+FIRST_USER = 7_100_000
+LEASE = 9.0  # long enough that a missed notice shows: the chat waits for its idle lease
+
+
+async def _deliver(fake_telegram, instance: Instance, update: dict) -> None:
+    """Post as Telegram does: again (after a pause) until it is taken with a 2xx."""
+    for _ in range(600):
+        if await fake_telegram.post_update(instance.webhook, update, SECRET) // 100 == 2:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the update was never taken")
+
+
+async def _renewed(db_url: str, lease: str) -> None:
+    """The lease's holder renews it (every third of a lease) after the outage."""
+    [[first]] = await rows(db_url, "SELECT expires_at FROM leases WHERE name = $1", lease)
+    deadline = time.monotonic() + LEASE
+    while time.monotonic() < deadline:
+        found = await rows(db_url, "SELECT expires_at FROM leases WHERE name = $1", lease)
+        if found and found[0][0] > first:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{lease} was not renewed after the outage")
+
+
+async def test_an_outage_refuses_updates_and_then_answers_each_once_in_order(
+        tmp_path, fake_telegram, fake_openai, own_postgres) -> None:
+    db_url = await own_postgres.fresh_database()
+    chats = 6
+    fake_openai.answer_delay_s = 0.05
+    instances = list(await asyncio.gather(*(
+        start_instance(tmp_path / f"p{i}", fake_telegram, fake_openai.base_url, db_url,
+                       lease_seconds=LEASE) for i in range(2))))
+
+    def update(chat: int, k: int) -> dict:
+        return fake_telegram.updates.private_text(_text(chat, k), FIRST_USER + chat)
+    try:
+        for chat in range(chats):
+            await _deliver(fake_telegram, instances[chat % 2], update(chat, 0))
+        await _all_answered(db_url, chats)
+
+        own_postgres.halt()  # the database goes away; updates keep coming
+        refused = [update(chat, 1) for chat in range(chats)]
+        statuses = [await fake_telegram.post_update(instances[chat % 2].webhook, u, SECRET)
+                    for chat, u in enumerate(refused)]
+        assert statuses == [503] * chats, statuses  # not 200: Telegram must send them again
+        await asyncio.sleep(LEASE / 2)  # the cluster's loops fail a few times meanwhile
+        own_postgres.resume()
+        for chat, u in enumerate(refused):  # Telegram's retries
+            await _deliver(fake_telegram, instances[chat % 2], u)
+        await _all_answered(db_url, 2 * chats)
+
+        # Notices work again: a message stored by the process that does not hold the chat
+        # is answered by its holder at once, not after the holder's idle lease.
+        await _deliver(fake_telegram, instances[0], update(0, 2))
+        await _all_answered(db_url, 2 * chats + 1)
+        started = time.monotonic()
+        await _deliver(fake_telegram, instances[1], update(0, 3))
+        await _all_answered(db_url, 2 * chats + 2, timeout=30)
+        took = time.monotonic() - started
+        assert took < LEASE * 2 / 3, f"answered after {took:.1f} s: the notice was missed"
+        await _renewed(db_url, f"chat:telegram:{FIRST_USER}")  # the heartbeat lives on
+    finally:
+        await stop_all(instances)
+    assert all(i.proc.returncode == 0 for i in instances), [i.proc.returncode
+                                                            for i in instances]
+    for chat in range(chats):
+        sent = 4 if chat == 0 else 2
+        assert await user_texts(db_url, f"telegram:{FIRST_USER + chat}") == [
+            _text(chat, k) for k in range(sent)]
+        replies = [m.reply_to for m in fake_telegram.messages(FIRST_USER + chat)]
+        assert len(replies) == sent and replies == sorted(set(replies)), (chat, replies)
+    _every_request_holds_its_history(fake_openai)
+    for instance in instances:
+        assert "Traceback" not in instance.log(), instance.log()[-3000:]
+
+
+async def test_a_poller_keeps_an_update_it_could_not_store_with_telegram(
+        tmp_path, fake_telegram, fake_openai, own_postgres) -> None:
+    db_url = await own_postgres.fresh_database()
+    [instance] = [await start_instance(tmp_path / "p", fake_telegram, fake_openai.base_url,
+                                       db_url, mode="polling", lease_seconds=LEASE)]
+    user = FIRST_USER + 50
+    try:
+        fake_telegram.push(fake_telegram.updates.private_text(_text(50, 0), user))
+        await fake_telegram.wait_for_messages(user, 1, timeout=60)
+        own_postgres.halt()
+        fake_telegram.push(fake_telegram.updates.private_text(_text(50, 1), user))
+        await eventually(lambda: "could not be stored" in instance.log()  # or, before the
+                         or len(fake_telegram.messages(user)) > 1,  # fix, "Sorry" was said
+                         timeout=60, what=lambda: instance.log()[-2000:])
+        own_postgres.resume()
+        await fake_telegram.wait_for_messages(user, 2, timeout=60)
+        await asyncio.sleep(1.0)  # room for a "Sorry" or a second answer
+    finally:
+        await stop_all([instance])
+    assert [m.text for m in fake_telegram.messages(user)] == [
+        f"echo: {_text(50, 0)}", f"echo: {_text(50, 1)}"]
+    assert await user_texts(db_url, f"telegram:{user}") == [_text(50, 0), _text(50, 1)]
+
+
+async def test_a_turn_cut_short_by_the_database_runs_again_once_it_is_back(
+        tmp_path, fake_telegram, fake_openai, own_postgres) -> None:
+    db_url = await own_postgres.fresh_database()
+    instance = await start_instance(tmp_path / "p", fake_telegram, fake_openai.base_url,
+                                    db_url, lease_seconds=LEASE)
+    user = FIRST_USER + 60
+    try:
+        fake_openai.delay_next(3)  # the model is still writing when the database goes
+        await _deliver(fake_telegram, instance,
+                       fake_telegram.updates.private_text(_text(60, 0), user))
+        await fake_openai.wait_for_call("/chat/completions", timeout=60)
+        own_postgres.halt()
+        await eventually(lambda: "out of reach" in instance.log()  # or, before the fix,
+                         or fake_telegram.messages(user),  # "Sorry" was said
+                         timeout=60, what=lambda: instance.log()[-2000:])
+        own_postgres.resume()
+        await fake_telegram.wait_for_messages(user, 1, timeout=60)
+        await asyncio.sleep(1.0)  # room for a second answer
+    finally:
+        await stop_all([instance])
+    assert [m.text for m in fake_telegram.messages(user)] == [f"echo: {_text(60, 0)}"]
+    [[status]] = await rows(db_url, "SELECT status FROM inbound")
+    assert status == "answered"
+    assert "Traceback" not in instance.log(), instance.log()[-3000:]
