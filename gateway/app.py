@@ -93,6 +93,10 @@ class Gateway(Intake, Recovering):
             running=lambda: self._state == "running")
         self.worker.platforms_down = self.connections.describe
         self.worker.again = self._again_when_stored
+        if self.cluster is not None:
+            self.worker.may_act = self.cluster.may_act
+            self.worker.forfeit = self.cluster.forfeit
+            live.may_act = self.cluster.may_act
         self._waiting: set[asyncio.Task[None]] = set()
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.

@@ -181,7 +181,7 @@ async def _backup(args: argparse.Namespace, config: Config) -> int:
 
 async def _migrate(args: argparse.Namespace, config: Config) -> int:
     from storage.migrate import copy_store, parse_source, summary
-    from storage.postgres.store import display_url
+    from storage.postgres.connecting import display_url
 
     target = args.target or config.storage.url
     if not target:

@@ -27,6 +27,10 @@ from storage.models import InboundRecord
 
 log = logging.getLogger(__name__)
 
+# Taken off a lease's time when judging it by our own clock (clocks run at slightly
+# different rates; the database's judges).
+SURE_MARGIN_S = 0.5
+
 # Routes one pending ledger row the way a newly received message is routed.
 Adopt = Callable[[InboundRecord], Awaitable[None]]
 
@@ -60,6 +64,11 @@ class Cluster:
         # agent, the live session) may be behind another process's turns; drop it.
         self._moved = moved
         self.held: dict[str, float] = {}  # chat key -> when it last had work here
+        # chat key -> until when (this process's monotonic clock) its lease surely holds:
+        # a lease taken or renewed at t was given until the database's now + ttl, later
+        # than t + ttl. Time runs on while the process is paused, so a paused process
+        # sees on waking that it may have lost its chats (`may_act`).
+        self._sure_until: dict[str, float] = {}
         self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -100,8 +109,9 @@ class Cluster:
         if chat_key in self.held:
             self._hand_over(chat_key, job)
             return
+        asked = time.monotonic()
         if await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
-            self._took(chat_key)
+            self._took(chat_key, asked)
             await self.adopt_open(chat_key)  # this job's row is among them, in its place
             return
         await self.coordination.notify(chat_key)  # the holder adopts it
@@ -127,16 +137,37 @@ class Cluster:
 
     async def offer(self, chat_key: str) -> None:
         """Take the chat when its lease is free (or ours) and adopt what it has open."""
+        asked = time.monotonic()
         if chat_key in self.held:
             await self.adopt_open(chat_key)
         elif await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
-            self._took(chat_key)
+            self._took(chat_key, asked)
             await self.adopt_open(chat_key)
 
-    def _took(self, chat_key: str) -> None:
+    def _took(self, chat_key: str, asked: float) -> None:
         """The chat is ours from now; whatever we knew of it before is not trusted."""
         self._moved(chat_key)
         self.held[chat_key] = time.monotonic()
+        self._sure_until[chat_key] = asked + self.ttl - SURE_MARGIN_S
+
+    def may_act(self, chat_key: str) -> bool:
+        """Whether this process surely still holds the chat's lease: it may write and send
+        for it. False once the lease may have lapsed (a pause, renewals failing), until a
+        renewal says it is still ours."""
+        return chat_key in self.held and time.monotonic() < self._sure_until.get(chat_key, 0)
+
+    def forfeit(self, chat_key: str) -> None:
+        """A turn was dropped because the chat's lease may have lapsed: give the chat up
+        and take it again if it is free, so its open messages are answered once, here or
+        by whoever holds it now."""
+        self.held.pop(chat_key, None)
+        self._sure_until.pop(chat_key, None)
+        self._routed.pop(chat_key, None)
+        self._spawn(self._retake(chat_key), f"retake:{chat_key}")
+
+    async def _retake(self, chat_key: str) -> None:
+        await self.coordination.release(f"chat:{chat_key}", self.holder)  # if still ours
+        await self.offer(chat_key)
 
     def _heard(self, chat_key: str) -> None:
         self._spawn(self.offer(chat_key), f"notice:{chat_key}")
@@ -177,12 +208,16 @@ class Cluster:
 
     async def renew(self) -> None:
         """Extend our leases; a chat whose lease was lost is dropped from ours."""
-        kept = await self.coordination.renew(self.holder, self.ttl)
-        for chat_key in [k for k in self.held if f"chat:{k}" not in kept]:
+        asked, before = time.monotonic(), set(self.held)  # a chat taken meanwhile is not
+        kept = await self.coordination.renew(self.holder, self.ttl)  # in this renewal
+        for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
             log.warning("lost the lease of %s (renewed too late); another process takes it",
                         chat_key)
             self.held.pop(chat_key, None)
+            self._sure_until.pop(chat_key, None)
             self._moved(chat_key)
+        for chat_key in before & self.held.keys():
+            self._sure_until[chat_key] = asked + self.ttl - SURE_MARGIN_S
 
     def _relisten(self) -> None:
         """Listening again after the connection was lost: notices sent meanwhile were
@@ -206,6 +241,7 @@ class Cluster:
 
     async def _release(self, chat_key: str) -> None:
         self.held.pop(chat_key, None)
+        self._sure_until.pop(chat_key, None)
         await self.coordination.release(f"chat:{chat_key}", self.holder)
         self._moved(chat_key)
         # A row stored elsewhere while we held the chat, whose notice we may have missed:

@@ -14,7 +14,7 @@ from gateway.worker import GENERIC_FAILURE
 from platforms.base import InboundMessage, PlatformAdapter
 from platforms.text import visible
 from storage.base import SessionStore
-from storage.errors import StoreError
+from storage.errors import StoreUnavailable
 from storage.models import InboundRecord
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Intake:
                 platform=msg.platform, chat_id=msg.chat_id, message_id=msg.message_id,
                 chat_key=msg.chat_key, text=msg.text, sender_id=msg.user_id,
                 sender_name=msg.user_name, extra=extra_of(msg))
-        except StoreError as exc:
+        except StoreUnavailable as exc:
             raise NotStored(str(exc)) from exc
 
     def _not_stored(self, msg: InboundMessage, exc: NotStored) -> Awaitable[object] | None:

@@ -70,8 +70,10 @@ class LiveReply:
                  *, interval_s: float, reply_to: str | None, draft_id: int,
                  metrics: Metrics, renderer: Renderer,
                  on_preview: Callable[[int, str], Awaitable[None]] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 allowed: Callable[[], bool] = lambda: True) -> None:
         self.chat = chat
+        self.allowed = allowed  # False once this process may have lost the chat (a pause)
         self.adapter = adapter
         self.renderer = renderer
         # Each preview message, recorded as soon as it exists: a crash must never leave one
@@ -211,6 +213,8 @@ class LiveReply:
 
     async def _call(self, update: _Update) -> None:
         chat, chunk, index = self.chat, update.chunk, update.index
+        if not self.allowed():
+            raise SendError("the chat's lease may have lapsed: previews stop here")
         if update.kind == "append":
             await self.adapter.append(chat, chunk.text)
             self._appended = chunk.text
@@ -245,6 +249,8 @@ class Streaming:
         self.metrics = metrics
         self.renderer = renderer
         self.store = store
+        # With several processes: whether the chat's lease surely holds (cluster.py).
+        self.may_act: Callable[[str], bool] = lambda chat_key: True
 
     def open(self, chat: ChatRef, reply_to: str | None, draft_id: int) -> LiveReply | None:
         adapter = self.adapters.get(chat.platform)
@@ -257,9 +263,10 @@ class Streaming:
         record = (None if store is None or mode != "edit" else
                   lambda position, message_id: store.record_preview(draft_id, position,
                                                                     message_id))
+        may_act = self.may_act
         live = LiveReply(chat, adapter, self.budgets[chat.platform], mode,
                          interval_s=self.settings.interval_s, reply_to=reply_to,
                          draft_id=draft_id, metrics=self.metrics, renderer=self.renderer,
-                         on_preview=record)
+                         on_preview=record, allowed=lambda: may_act(chat.key))
         live.start()
         return live

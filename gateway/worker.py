@@ -36,7 +36,7 @@ from gateway.streaming import LiveReply, Streaming, mark_stopped
 from gateway.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
-from storage.errors import StoreError
+from storage.errors import StoreUnavailable
 from storage.models import Delivery, InboundRecord
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,9 @@ class ChatWorker:
         self.auth = auth
         self.loop: LoopWatch | None = None  # the gateway's pulse, for /status
         self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
+        # With several processes: only while its lease surely holds (cluster.py).
+        self.may_act: Callable[[str], bool] = lambda chat_key: True
+        self.forfeit: Callable[[str], None] = lambda chat_key: None  # when it said no
         # Runs jobs again once the store answers (set by the gateway, recovery.py).
         self.again: Callable[[str, list[MessageJob]], None] = lambda chat_key, jobs: None
 
@@ -139,6 +142,8 @@ class ChatWorker:
             raise
 
     async def _answer(self, chat_key: str, running: Running) -> None:
+        if not self._still_ours(chat_key, "before its turn"):
+            return
         jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
         records = await self._retried([job.record for job in jobs])
         chat = self.outbound.moves.resolve(jobs[0].chat)  # where the chat lives now
@@ -167,7 +172,7 @@ class ChatWorker:
                 running, self.conversations.prepare(chat, records, live, parts))
         except NothingLeft:  # every message of the batch was deleted while it waited
             prepared, failure = None, "deleted"
-        except StoreError as exc:
+        except StoreUnavailable as exc:
             prepared, failure = None, "unreachable"
             log.warning("chat %s: the database is out of reach (%s)", chat_key, exc)
         except Exception:
@@ -194,10 +199,12 @@ class ChatWorker:
                       live: LiveReply | None, started: float) -> None:
         """Store the turn, then say it: notices, the reply (finishing its previews)."""
         previews = live.previews if live else ()
+        if not self._still_ours(chat.key, "before storing its turn"):
+            return
         try:
             committed = await self.conversations.commit(
                 prepared, functools.partial(self.outbound.render, chat), previews)
-        except StoreError as exc:
+        except StoreUnavailable as exc:
             log.warning("chat %s: storing the turn failed: the database is out of reach (%s)",
                         chat.key, exc)
             return self._unreachable(chat, records)
@@ -207,6 +214,8 @@ class ChatWorker:
             return await self._not_answered(chat, records, "failed", live)
         self.metrics.turns.labels("failed" if prepared.failure else "answered").inc()
         self.metrics.turn_seconds.observe(time.monotonic() - started)
+        if not self._still_ours(chat.key, "before sending its reply"):
+            return  # stored: the chat's new holder sends it (a resend of a stored reply)
         # A reply already on screen is finished before notices about the turn: they may
         # not come between its parts (the console prints it as one run of text).
         shown = live is not None and live.showing
@@ -221,14 +230,24 @@ class ChatWorker:
                                             *committed.after))
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
+    def _still_ours(self, chat_key: str, when: str) -> bool:
+        """Whether this process may still write and send for the chat: not once its lease
+        may have lapsed (a pause); then the turn is dropped unsaid and the chat given up
+        (docs/scale-out.md, "A paused process")."""
+        if self.may_act(chat_key):
+            return True
+        log.warning("chat %s: the lease may have lapsed %s; the turn is dropped and the "
+                    "chat given up", chat_key, when)
+        self.conversations.forget(chat_key)
+        self.forfeit(chat_key)
+        return False
+
     def _unreachable(self, chat: ChatRef, records: list[InboundRecord]) -> None:
         """The store failed mid-turn: nothing is said and the messages stay open; the
         turn runs again from what the store holds once it answers (`again`)."""
         self.conversations.forget(chat.key)  # it may hold what was never stored
-        self.metrics.turns.labels("failed").inc()
         log.warning("chat %s: the turn runs again once the database is back", chat.key)
-        # As new messages: the store's own status is read again, and no attempt is counted
-        # (a database outage says nothing about the message).
+        # As new messages: their status is read again; an outage counts no attempt.
         self.again(chat.key, [MessageJob(chat, dataclasses.replace(r, status="pending"))
                               for r in records])
 
@@ -252,10 +271,8 @@ class ChatWorker:
         return [r for r in records if r not in poison]
 
     async def _skip(self, record: InboundRecord) -> None:
-        """Say SKIPPED to a poison message, durably: the answer is recorded for delivery
-        first and the row stays open until the platform has it, so a kill anywhere in
-        between says it on the next start (once; a send cut short is a maybe-duplicate,
-        as for replies), never not at all."""
+        """Say SKIPPED to a poison message, durably: recorded for delivery first, the row
+        open until the platform has it, so a kill in between says it on the next start."""
         chat = chat_of(record)
         notice = await self.store.deliveries(record.id)
         fresh = not notice
@@ -354,6 +371,8 @@ class ChatWorker:
                             reason: str | None, live: LiveReply | None = None) -> None:
         """A turn that produced nothing: superseded (silently), stopped, or failed. Previews
         of a partial answer are replaced by the sentence (or removed, when superseded)."""
+        if not self._still_ours(chat.key, "before saying it failed"):
+            return  # it failed because another process answered it meanwhile
         failed = reason != "superseded"
         await asyncio.shield(self.conversations.abandon(chat.key, records, failed=failed))
         previews = live.previews if live else ()

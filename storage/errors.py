@@ -7,5 +7,10 @@ class StoreError(Exception):
     """The store could not do what was asked (I/O, corruption, newer schema, bad query)."""
 
 
+class StoreUnavailable(StoreError):
+    """The database could not be reached (refused, cut, restarting, timed out): nothing
+    was done, and the same call may work once it is back."""
+
+
 class ContinuationConflict(StoreError):
     """The parent session was already continued (or is no longer live): no fork is made."""

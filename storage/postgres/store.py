@@ -14,13 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from storage import rows
 from storage.base import SessionStore
-from storage.errors import StoreError
+from storage.errors import StoreError, StoreUnavailable
 from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
     ChatActivity,
@@ -36,28 +35,19 @@ from storage.models import (
 )
 from storage.postgres import continuation, schema
 from storage.postgres import queries as q
+from storage.postgres.connecting import (
+    RETRIES,
+    RETRYABLE,
+    SESSION_SETTINGS,
+    UNREACHABLE,
+    display_url,
+)
 from storage.postgres.coordination import PostgresCoordination
 from storage.postgres.deliveries import DeliveryRows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Work = Callable[[q.Con], Awaitable[T]]
-
-RETRIES = 5  # a transaction PostgreSQL aborted for a deadlock or serialization is re-run
-_RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
 
 class PostgresSessionStore(DeliveryRows, SessionStore):
     """`storage: {url: postgresql://user@host/db}`: a store several processes share."""
@@ -90,7 +80,8 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         try:
             pool = await asyncpg.create_pool(self.url, min_size=self._sizes[0],
                                              max_size=self._sizes[1],
-                                             command_timeout=self._timeout)
+                                             command_timeout=self._timeout,
+                                             server_settings=SESSION_SETTINGS)
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             raise StoreError(f"cannot open the database {self.label}: {exc}") from None
         try:
@@ -137,12 +128,14 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
                         return await work(con)
                     async with con.transaction():
                         return await work(con)
-            except _RETRYABLE:
+            except RETRYABLE:
                 if attempt == RETRIES - 1:
                     raise StoreError(f"{self.label} kept aborting a transaction") from None
                 await asyncio.sleep(0.01 * (attempt + 1))
             except StoreError:
                 raise
+            except UNREACHABLE as exc:
+                raise StoreUnavailable(f"{self.label}: {exc}") from exc
             except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
                 raise StoreError(f"{self.label}: {exc}") from exc
         raise AssertionError("unreachable")
@@ -150,7 +143,6 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
         """One statement's rows (one statement: atomic without a transaction block)."""
         return await self._run(lambda con: con.fetch(sql, *args), transaction=False)
-
 
     async def _execute(self, sql: str, *args: Any) -> None:
         await self._run(lambda con: con.execute(sql, *args), transaction=False)

@@ -6,6 +6,7 @@ processes need no restart, and notices between them work again afterwards."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 
 from tests.e2e.test_scale_out import _all_answered, _every_request_holds_its_history, _text
@@ -144,3 +145,46 @@ async def test_a_turn_cut_short_by_the_database_runs_again_once_it_is_back(
     [[status]] = await rows(db_url, "SELECT status FROM inbound")
     assert status == "answered"
     assert "Traceback" not in instance.log(), instance.log()[-3000:]
+
+
+async def test_a_paused_process_says_and_writes_nothing_for_the_chats_it_lost(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    """One process is stopped (SIGSTOP) with turns in flight, past its lease, while the
+    others take its chats over; woken (SIGCONT), it must not store or send those turns:
+    every message is answered once, in order, from its whole history."""
+    lease, chats, per_chat = 3.0, 24, 4
+    fake_openai.answer_delay_s = 1.0  # the paused process's turns are with the model
+    instances = list(await asyncio.gather(*(
+        start_instance(tmp_path / f"p{i}", fake_telegram, fake_openai.base_url, postgres_url,
+                       lease_seconds=lease) for i in range(3))))
+    paused = instances[1]
+
+    def update(chat: int, k: int) -> dict:
+        return fake_telegram.updates.private_text(_text(chat, k), FIRST_USER + 100 + chat)
+    try:
+        for chat in range(chats):  # the first messages go everywhere: each holds chats
+            await _deliver(fake_telegram, instances[chat % 3], update(chat, 0))
+        await fake_openai.wait_for_call("/chat/completions", chats // 2, timeout=60)
+        paused.proc.send_signal(signal.SIGSTOP)
+        try:
+            for k in range(1, per_chat):  # the others go on, and take its chats over
+                for chat in range(chats):
+                    await _deliver(fake_telegram, instances[(chat + k) % 2 * 2], update(chat, k))
+            await _all_answered(postgres_url, chats * per_chat, timeout=120)
+        finally:
+            paused.proc.send_signal(signal.SIGCONT)
+        # Woken, it learns it lost its chats (its next renewal, or its turn's own check).
+        await eventually(lambda: "lost the lease" in paused.log()
+                         or "lease may have lapsed" in paused.log(), timeout=60,
+                         what=lambda: paused.log()[-2000:])
+        await asyncio.sleep(2.0)  # room for what the woken process would still send
+    finally:
+        await stop_all(instances)
+    for chat in range(chats):
+        user = FIRST_USER + 100 + chat
+        assert await user_texts(postgres_url, f"telegram:{user}") == [
+            _text(chat, k) for k in range(per_chat)], chat
+        replies = [m.reply_to for m in fake_telegram.messages(user)]
+        # One reply per turn (a turn may answer several messages), none twice, in order.
+        assert replies and replies == sorted(set(replies)), (chat, replies)
+    _every_request_holds_its_history(fake_openai)
