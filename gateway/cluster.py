@@ -69,6 +69,7 @@ class Cluster:
         # than t + ttl. Time runs on while the process is paused, so a paused process
         # sees on waking that it may have lost its chats (`may_act`).
         self._sure_until: dict[str, float] = {}
+        self._roles: dict[str, float] = {}  # role (poll:<platform>) -> sure until, as above
         self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -208,6 +209,7 @@ class Cluster:
 
     async def renew(self) -> None:
         """Extend our leases; a chat whose lease was lost is dropped from ours."""
+        roles = set(self._roles)
         asked, before = time.monotonic(), set(self.held)  # a chat taken meanwhile is not
         kept = await self.coordination.renew(self.holder, self.ttl)  # in this renewal
         for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
@@ -218,6 +220,8 @@ class Cluster:
             self._moved(chat_key)
         for chat_key in before & self.held.keys():
             self._sure_until[chat_key] = asked + self.ttl - SURE_MARGIN_S
+        for role in roles & self._roles.keys():
+            self._roles[role] = asked + self.ttl - SURE_MARGIN_S if role in kept else 0.0
 
     def _relisten(self) -> None:
         """Listening again after the connection was lost: notices sent meanwhile were
@@ -258,9 +262,20 @@ class Cluster:
     async def lead(self, role: str) -> None:
         """Return once this process holds `role`; until then, try every third of a lease."""
         waiting = False
-        while not await self.coordination.claim(role, self.holder, self.ttl):
+        while True:
+            asked = time.monotonic()
+            try:
+                if await self.coordination.claim(role, self.holder, self.ttl):
+                    break
+            except StoreError as exc:
+                log.warning("%s: asking for it failed (%s); trying again", role, exc)
             if not waiting:
                 log.info("%s: another process holds it; standing by", role)
                 waiting = True
             await asyncio.sleep(self.ttl / 3)
+        self._roles[role] = asked + self.ttl - SURE_MARGIN_S
         log.info("%s: this process holds it now", role)
+
+    def may_lead(self, role: str) -> bool:
+        """Whether this process surely still holds `role` (see `may_act`)."""
+        return time.monotonic() < self._roles.get(role, 0)

@@ -114,9 +114,23 @@ class Connections:
             log.warning("%s: registering commands failed: %s", adapter.name, plain_error(exc))
 
     async def _lead_then_connect(self, adapter: PlatformAdapter) -> None:
-        assert self._cluster is not None
-        await self._cluster.lead(f"poll:{adapter.name}")
-        self._retry_unless_up(adapter, await self._bring_up(adapter))
+        """Receive while this process holds the platform's role; when it may have lost it
+        (a pause past the lease), stop receiving and stand by again."""
+        cluster = self._cluster
+        assert cluster is not None
+        role = f"poll:{adapter.name}"
+        while True:
+            await cluster.lead(role)
+            lost = asyncio.Event()
+            adapter.may_receive = lambda: cluster.may_lead(role)
+            adapter.on_standby = lost.set
+            self._retry_unless_up(adapter, await self._bring_up(adapter))
+            await lost.wait()
+            log.warning("%s: this process may have lost %s (a pause past the lease); it "
+                        "stops receiving and stands by", adapter.name, role)
+            if adapter in self.started:
+                self.started.remove(adapter)
+                await adapter.stop()
 
     def _retry_unless_up(self, adapter: PlatformAdapter, outcome: bool | None) -> None:
         """After `_bring_up`: retried in the background unless up, or nothing is left."""

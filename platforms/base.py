@@ -229,6 +229,11 @@ class PlatformAdapter(ABC):
         # For a catch-up: each chat's newest stored message (its id, when it arrived, unix
         # seconds) and whether the chat has a live session; set by the gateway.
         self.resume_points: Callable[[], Awaitable[list[ResumePoint]]] | None = None
+        # An exclusive receiver (a poller) asks before each call whether this process
+        # still surely holds the right to receive, and calls `on_standby` when it stopped
+        # because it does not; both set by the gateway.
+        self.may_receive: Callable[[], bool] = lambda: True
+        self.on_standby: Callable[[], None] = lambda: None
 
     async def initialize(self) -> None:  # noqa: B027 - optional
         """Connect and authenticate; nothing is received yet."""

@@ -111,7 +111,9 @@ class TelegramAdapter(PlatformAdapter):
         self.webhook: WebhookServer | None = None
         self.poller = Poller(self.app.bot, self.process, self.counters,
                              timeout_s=settings.poll_timeout_s,
-                             allowed_updates=ALLOWED_UPDATES) if self.exclusive else None
+                             allowed_updates=ALLOWED_UPDATES,
+                             allowed=lambda: self.may_receive(),
+                             standby=lambda: self.on_standby()) if self.exclusive else None
 
     # --- lifecycle ----------------------------------------------------------------------
     async def initialize(self) -> None:

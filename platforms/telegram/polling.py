@@ -50,10 +50,14 @@ class Poller:
     """getUpdates in a loop for one bot; `start()` after `stop()` goes on where it was."""
 
     def __init__(self, bot: Bot, process: Process, counters: collections.Counter[str], *,
-                 timeout_s: float, allowed_updates: Sequence[str]) -> None:
+                 timeout_s: float, allowed_updates: Sequence[str],
+                 allowed: Callable[[], bool] = lambda: True,
+                 standby: Callable[[], None] = lambda: None) -> None:
         self.bot = bot
         self.process = process  # returns once handled: False when it was not stored
         self.counters = counters
+        self.allowed = allowed  # asked before every getUpdates: may this process poll?
+        self.standby = standby  # told when polling stopped because it may not
         self.timeout = dtm.timedelta(seconds=timeout_s)
         self.allowed_updates = list(allowed_updates)
         self.offset = 0  # every update below it was handled (or skipped)
@@ -86,7 +90,7 @@ class Poller:
         if self._parked:
             task.cancel()
         await asyncio.wait({task})
-        if self.offset > self._sent:
+        if self.offset > self._sent and self.allowed():  # the new poller confirms them
             await self._confirm()
 
     # --- the loop -------------------------------------------------------------------------
@@ -111,6 +115,10 @@ class Poller:
         """getUpdates' next answer, failures waited out. None: polling ends (stopping, or
         Telegram refused the token)."""
         while not self._stopping:
+            if not self.allowed():  # another process may be polling now (we were paused)
+                self._stopping = True
+                self.standby()
+                return None
             try:
                 with self._parking():
                     batch = await self._get_updates(self.timeout)

@@ -9,7 +9,12 @@ import asyncio
 import signal
 import time
 
-from tests.e2e.test_scale_out import _all_answered, _every_request_holds_its_history, _text
+from tests.e2e.test_scale_out import (
+    _all_answered,
+    _every_request_holds_its_history,
+    _poller,
+    _text,
+)
 from tests.harness.cluster import (
     SECRET,
     Instance,
@@ -188,3 +193,36 @@ async def test_a_paused_process_says_and_writes_nothing_for_the_chats_it_lost(
         # One reply per turn (a turn may answer several messages), none twice, in order.
         assert replies and replies == sorted(set(replies)), (chat, replies)
     _every_request_holds_its_history(fake_openai)
+
+
+async def test_a_paused_poller_stands_by_when_it_wakes(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    """The poller is stopped past its lease and the other process polls meanwhile; woken,
+    the old poller must not poll beside it: 409 conflicts stop within a lease."""
+    lease, user = 3.0, FIRST_USER + 200
+    instances = list(await asyncio.gather(*(
+        start_instance(tmp_path / name, fake_telegram, fake_openai.base_url, postgres_url,
+                       mode="polling", lease_seconds=lease) for name in ("a", "b"))))
+    try:
+        poller = await _poller(instances, postgres_url)
+        other = next(i for i in instances if i is not poller)
+        fake_telegram.push(fake_telegram.updates.private_text(_text(200, 0), user))
+        await fake_telegram.wait_for_messages(user, 1, timeout=60)
+        await _all_answered(postgres_url, 1)  # and marked sent: not a reply to resend
+        poller.proc.send_signal(signal.SIGSTOP)
+        try:
+            fake_telegram.push(fake_telegram.updates.private_text(_text(200, 1), user))
+            await fake_telegram.wait_for_messages(user, 2, timeout=60)  # the other polls
+            assert await _poller(instances, postgres_url) is other
+        finally:
+            poller.proc.send_signal(signal.SIGCONT)
+        await asyncio.sleep(lease)  # within a lease of waking, the old poller stands by
+        conflicts = fake_telegram.poll_conflicts
+        fake_telegram.push(fake_telegram.updates.private_text(_text(200, 2), user))
+        await fake_telegram.wait_for_messages(user, 3, timeout=60)
+        await asyncio.sleep(lease)
+        assert fake_telegram.poll_conflicts == conflicts, "two processes still poll"
+    finally:
+        await stop_all(instances)
+    assert [m.text for m in fake_telegram.messages(user)] == [
+        f"echo: {_text(200, k)}" for k in range(3)]
