@@ -92,12 +92,7 @@ class Gateway(Intake, Recovering):
             cluster=self.cluster, recover=self._recover,
             running=lambda: self._state == "running")
         self.worker.platforms_down = self.connections.describe
-        self.worker.again = self._again_when_stored
-        if self.cluster is not None:
-            self.worker.may_act = self.cluster.may_act
-            self.worker.forfeit = self.cluster.forfeit
-            live.may_act = self.cluster.may_act
-        self._waiting: set[asyncio.Task[None]] = set()
+        self._fence(live)
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): stop() lets them finish too before adapters close.
         self._handling = 0
@@ -110,6 +105,15 @@ class Gateway(Intake, Recovering):
         # What is being said about accepted messages, the newest per chat (each waits for
         # the one before it, so a chat's answers keep its order).
         self._answering: dict[str, asyncio.Task[None]] = {}
+
+    def _fence(self, live: Streaming) -> None:
+        """What the worker asks when a turn cannot go on as usual: the store failed
+        (run it again later), or, with several processes, the chat may be another's."""
+        self.worker.again = self._again_when_stored
+        self._waiting: set[asyncio.Task[None]] = set()  # turns waiting for the store
+        if self.cluster is not None:
+            self.worker.may_act = live.may_act = self.cluster.may_act
+            self.worker.forfeit = self.cluster.forfeit
 
     def _watch(self) -> None:
         """What metrics read from the gateway's parts at scrape time."""
