@@ -9,6 +9,7 @@ rows of every table on both sides.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
@@ -103,9 +104,40 @@ async def _count(con: asyncpg.Connection, table: str) -> int:
     return int(await con.fetchval(f"SELECT COUNT(*) FROM {table}{where}"))
 
 
+def _held_by(source: Path) -> int | None:
+    """The pid of a gateway running on the file now (its run marker names a live process).
+    A copy taken meanwhile would miss what it writes after, so the copy waits for it."""
+    try:
+        with closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as db:
+            row = db.execute("SELECT value FROM settings WHERE key = ?", (_RUN_KEY,)).fetchone()
+    except sqlite3.Error:
+        return None  # a file from before the marker: nothing runs on it with us
+    pid = int(row[0]) if row and str(row[0]).isdigit() else None
+    if pid is None or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # the marker of a run that crashed
+    except PermissionError:
+        pass  # alive, as another user
+    return pid
+
+
 async def copy_store(source: Path, target_url: str) -> Copied:
     """Copy the SQLite store at `source` (see `parse_source`) into the empty PostgreSQL
-    database at `target_url`."""
+    database at `target_url`. Refused while a gateway runs on the file."""
+    pid = _held_by(source)
+    if pid is not None:
+        raise StoreError(f"{source} is in use by a running gateway (pid {pid}); stop it, "
+                         "then migrate")
+    try:
+        return await _copy(source, target_url)
+    except sqlite3.Error as exc:
+        raise StoreError(f"reading {source} failed: {exc}") from None
+
+
+async def _copy(source: Path, target_url: str) -> Copied:
     async with SqliteSessionStore(source):  # brings an older file to the current schema
         pass
     target = PostgresSessionStore(target_url, max_connections=1)

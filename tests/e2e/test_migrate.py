@@ -3,13 +3,16 @@ hits and /usage answers on both sides (issue 18, acceptance 5)."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from pathlib import Path
 
 from storage.base import SessionStore
 from storage.models import Compaction, OutChunk, TurnRecord, UsageRecord
 from storage.postgres import PostgresSessionStore
 from storage.sqlite import SqliteSessionStore
-from tests.harness.cli import threadline
+from tests.e2e.test_service import service_config
+from tests.harness.cli import THREADLINE, cli_env, threadline
 from tests.harness.gateway import close, config_for, started_gateway, write_config
 from tests.harness.platform import RecordingPlatform
 from tests.harness.store import msg
@@ -126,3 +129,28 @@ async def test_migrate_refuses_a_database_that_already_holds_sessions(tmp_path, 
 
 async def _fill_one(store: SessionStore) -> None:
     await store.open_session("test:1", model="m", system_prompt=None)
+
+
+async def test_migrate_refuses_a_file_a_running_gateway_writes(tmp_path, postgres_url,
+                                                               fake_openai, fake_telegram):
+    """A copy taken while the gateway writes would miss what it writes next: refused in
+    one line while it runs; once it stopped, the same command copies everything."""
+    config = service_config(tmp_path, fake_telegram, fake_openai)
+    proc = await asyncio.create_subprocess_exec(
+        THREADLINE, "run", "--config", config, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        cwd=str(tmp_path), env=cli_env(tmp_path))
+    try:
+        fake_telegram.push(fake_telegram.updates.private_text("hello", 5550777))
+        await fake_telegram.wait_for_messages(5550777, 1, timeout=60)  # it runs, and wrote
+        ran = await threadline("migrate", "--to", postgres_url, "--config", config,
+                               home=tmp_path)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 60)
+    assert ran.code == 1, (ran.out, ran.err)
+    assert f"in use by a running gateway (pid {proc.pid})" in ran.err, ran.err
+    assert "Traceback" not in ran.err and len(ran.err.strip().splitlines()) == 1, ran.err
+    again = await threadline("migrate", "--to", postgres_url, "--config", config,
+                             home=tmp_path)
+    assert again.code == 0 and "row counts equal" in again.out, again.err
