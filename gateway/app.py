@@ -28,6 +28,7 @@ from gateway.worker import GENERIC_FAILURE, ChatWorker
 from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
 from platforms.text import visible
 from storage.base import SessionStore
+from storage.errors import StoreUnavailable
 from storage.models import InboundRecord
 
 if TYPE_CHECKING:
@@ -107,10 +108,8 @@ class Gateway(Intake, Recovering):
         self._answering: dict[str, asyncio.Task[None]] = {}
 
     def _fence(self, live: Streaming) -> None:
-        """What the worker asks when a turn cannot go on as usual: the store failed
-        (run it again later), or, with several processes, the chat may be another's."""
-        self.worker.again = self._again_when_stored
-        self._waiting: set[asyncio.Task[None]] = set()  # turns waiting for the store
+        """With several processes, the worker and previews ask whether the chat may be
+        another's by now."""
         if self.cluster is not None:
             self.worker.may_act = live.may_act = self.cluster.may_act
             self.worker.forfeit = self.cluster.forfeit
@@ -188,8 +187,8 @@ class Gateway(Intake, Recovering):
             log.warning("shutdown: %d message(s) still being handled after %.0fs",
                         self._handling, drain_timeout)
         await self.router.drain(max(0.0, deadline - loop.time()))
-        for task in [*self._answering.values(), *self._waiting]:  # still trying to say
-            task.cancel()  # something, or waiting for the store: it stays stored
+        for task in list(self._answering.values()):  # still trying to say something: it
+            task.cancel()  # stays stored, and a command's row says whether it was answered
         if self.cluster is not None:  # drained: others may take our chats at once
             try:
                 await self.cluster.release_all()
@@ -250,6 +249,9 @@ class Gateway(Intake, Recovering):
                 after = await self._accept(msg)
         except NotStored as exc:
             stored, after = False, self._not_stored(msg, exc)
+        except StoreUnavailable as exc:  # stored, then the database went: a sweep routes it
+            log.warning("message %s in %s is stored; routing it waits for the database (%s)",
+                        msg.message_id, msg.chat_key, exc)
         except Exception:
             log.exception("handling a message in %s failed", msg.chat_key)
             after = self.outbound.answer(msg.chat, GENERIC_FAILURE, msg.message_id)

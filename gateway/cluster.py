@@ -48,6 +48,16 @@ def job_ids(job: Job) -> list[int]:
     return [job.record.id]
 
 
+def platform_order(rows: list[InboundRecord]) -> list[InboundRecord]:
+    """One chat's rows in the order the platform gave its messages (Telegram's message
+    ids and Discord's snowflakes grow), not the order processes happened to store them."""
+    def key(record: InboundRecord) -> tuple[int, int, str, float]:
+        digits = record.message_id.isdigit()
+        return (0 if digits else 1, len(record.message_id) if digits else 0,
+                record.message_id if digits else "", record.received_at)
+    return sorted(rows, key=key)
+
+
 class Cluster:
     def __init__(self, coordination: Coordination, *, open_rows: Callable[[str], Awaitable[
                  list[InboundRecord]]], submit: Callable[[str, Job], None],
@@ -71,6 +81,7 @@ class Cluster:
         self._sure_until: dict[str, float] = {}
         self._roles: dict[str, float] = {}  # role (poll:<platform>) -> sure until, as above
         self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
+        self._adopting: set[int] = set()  # rows being routed by adopt_open right now
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         # When each background loop last did its work without an error (unix seconds), for
@@ -102,13 +113,19 @@ class Cluster:
     async def release_all(self) -> None:
         """After the chats drained: let other processes take them at once, not at expiry."""
         for chat_key in list(self.held):
-            await self._release(chat_key)
+            await self._release(chat_key, again=False)
 
     # --- the chats --------------------------------------------------------------------
     async def enqueue(self, chat_key: str, job: Job) -> None:
         """A job for a chat: run it here when this process holds (or can take) the chat."""
         if chat_key in self.held:
-            self._hand_over(chat_key, job)
+            if job_ids(job) and not set(job_ids(job)) & self._adopting:
+                # A message stored elsewhere a moment ago may come first, its notice not
+                # yet here: route the chat's open rows in the platform's order, this one
+                # among them.
+                await self.adopt_open(chat_key)
+            else:
+                self._hand_over(chat_key, job)
             return
         asked = time.monotonic()
         if await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
@@ -128,11 +145,15 @@ class Cluster:
 
     async def adopt_open(self, chat_key: str) -> None:
         """Route the chat's open ledger rows this process has not routed yet, in order."""
-        rows = await self._open_rows(chat_key)
+        rows = platform_order(await self._open_rows(chat_key))
         routed = self._routed.setdefault(chat_key, set())
         for key, work in recovery_jobs([r for r in rows if r.id not in routed]):
             if isinstance(work, tuple):  # a pending message: routed like a new one
-                await self._adopt(work[1])
+                self._adopting.add(work[1].id)
+                try:
+                    await self._adopt(work[1])
+                finally:
+                    self._adopting.discard(work[1].id)
             else:
                 self._hand_over(key, work)
 
@@ -211,7 +232,8 @@ class Cluster:
         """Extend our leases; a chat whose lease was lost is dropped from ours."""
         roles = set(self._roles)
         asked, before = time.monotonic(), set(self.held)  # a chat taken meanwhile is not
-        kept = await self.coordination.renew(self.holder, self.ttl)  # in this renewal
+        kept = await self.coordination.renew(  # in this renewal
+            self.holder, self.ttl, [f"chat:{k}" for k in before] + list(roles))
         for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
             log.warning("lost the lease of %s (renewed too late); another process takes it",
                         chat_key)
@@ -243,19 +265,18 @@ class Cluster:
         for chat_key in await self.coordination.unattended_chats():
             await self.offer(chat_key)
 
-    async def _release(self, chat_key: str) -> None:
+    async def _release(self, chat_key: str, *, again: bool = True) -> None:
+        """Give an idle chat up. A row still open then was stored elsewhere while we held
+        the chat (its notice missed), or was routed here and lost on the way (a job the
+        database failed): the chat is taken again for it (`again`; not when stopping)."""
         self.held.pop(chat_key, None)
         self._sure_until.pop(chat_key, None)
+        routed = self._routed.pop(chat_key, set())
         await self.coordination.release(f"chat:{chat_key}", self.holder)
         self._moved(chat_key)
-        # A row stored elsewhere while we held the chat, whose notice we may have missed:
-        # take the chat again for it. Rows that left the ledger are forgotten.
-        rows = await self._open_rows(chat_key)
-        open_ids = {r.id for r in rows}
-        routed = self._routed.pop(chat_key, set()) & open_ids
-        if routed:
-            self._routed[chat_key] = routed
-        if open_ids - routed:
+        if not again:
+            self._routed[chat_key] = routed  # a drain cut short: these stay ours to skip
+        elif await self._open_rows(chat_key):
             await self.offer(chat_key)
 
     # --- single-instance roles (a platform's poller) ----------------------------------

@@ -12,18 +12,12 @@ from gateway.commands import Invocation, parse_command
 from gateway.jobs import HoldJob, MessageJob, message_of, recovery_jobs
 from platforms.base import InboundMessage
 from storage.base import SessionStore
-from storage.errors import StoreError
 from storage.models import InboundRecord
 
 if TYPE_CHECKING:
-    from gateway.cluster import Cluster
     from gateway.connections import Connections
     from gateway.conversations import Conversations
     from gateway.router import ChatRouter
-
-
-FIRST_PAUSE_S = 0.5  # before asking a store that failed again, doubling up to the longest
-LONGEST_PAUSE_S = 10.0
 
 
 class Recovering:
@@ -31,8 +25,6 @@ class Recovering:
 
     router: ChatRouter
     connections: Connections
-    cluster: Cluster | None
-    _waiting: set[asyncio.Task[None]]  # turns waiting for the store to answer again
     conversations: Conversations
     store: SessionStore
 
@@ -45,29 +37,6 @@ class Recovering:
         trusted, since another process may have answered it meanwhile."""
         self.conversations.forget(chat_key)
         self.store.forget_chat(chat_key)
-
-    def _again_when_stored(self, chat_key: str, jobs: list[MessageJob]) -> None:
-        """Run a turn the store cut short again once the store answers (the worker's
-        `_unreachable`)."""
-        task = asyncio.create_task(self._when_stored(chat_key, jobs), name=f"again:{chat_key}")
-        self._waiting.add(task)
-        task.add_done_callback(self._waiting.discard)
-
-    async def _when_stored(self, chat_key: str, jobs: list[MessageJob]) -> None:
-        pause = FIRST_PAUSE_S
-        while True:
-            await asyncio.sleep(pause)
-            try:
-                found = await self.store.inbound([job.record.id for job in jobs])
-                break
-            except StoreError:
-                pause = min(pause * 2, LONGEST_PAUSE_S)
-        still = {r.id for r in found if r.status in ("pending", "taken")}
-        if self.cluster is not None and chat_key not in self.cluster.held:
-            return  # another process has the chat now; it (or a sweep) answers them
-        for job in jobs:
-            if job.record.id in still:
-                self.router.submit(chat_key, job)
 
     async def _adopt(self, record: InboundRecord) -> None:
         """A pending ledger row another process stored or left: routed as if received."""

@@ -8,7 +8,6 @@ nothing cancels: a stop either wins before the write, or loses and the reply arr
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
@@ -30,6 +29,7 @@ from gateway.jobs import (
 )
 from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
+from gateway.outages import Outages
 from gateway.outbound import Outbound
 from gateway.resets import Resets
 from gateway.streaming import LiveReply, Streaming, mark_stopped
@@ -40,7 +40,6 @@ from storage.errors import StoreUnavailable
 from storage.models import Delivery, InboundRecord
 
 log = logging.getLogger(__name__)
-
 T = TypeVar("T")
 
 GENERIC_FAILURE = "Sorry, something went wrong on my side. Please try again."
@@ -52,7 +51,7 @@ SKIPPED = ("I could not handle that message: trying to answer it stopped me twic
 MAX_ATTEMPTS = 2  # turns started on one message before it is skipped as poison
 
 
-class ChatWorker:
+class ChatWorker(Outages):
     """Processes one chat's batches, called by the router in the chat's order."""
 
     def __init__(self, store: SessionStore, conversations: Conversations, outbound: Outbound,
@@ -72,8 +71,6 @@ class ChatWorker:
         # With several processes: only while its lease surely holds (cluster.py).
         self.may_act: Callable[[str], bool] = lambda chat_key: True
         self.forfeit: Callable[[str], None] = lambda chat_key: None  # when it said no
-        # Runs jobs again once the store answers (set by the gateway, recovery.py).
-        self.again: Callable[[str, list[MessageJob]], None] = lambda chat_key, jobs: None
 
     async def process(self, chat_key: str, running: Running) -> None:
         job = running.jobs[0]
@@ -84,7 +81,7 @@ class ChatWorker:
         elif isinstance(job, ResendJob):
             await self._resend(job)
         else:
-            await self._answer(chat_key, running)
+            await self._answer_through_outages(chat_key, running)
 
     # --- running commands (also the immediate ones, outside the worker) --------------------
     async def run_command(self, msg: InboundMessage, record: InboundRecord, name: str,
@@ -92,9 +89,8 @@ class ChatWorker:
                           ) -> None:
         """Answer a command and finish its ledger row; failures become one sentence.
 
-        `chat` is the batch the chat is running (what /stop would stop); `own` is this
-        command's batch when it runs in the chat's order (serial), whose model work /stop
-        may cancel.
+        `chat`: the batch the chat is running (what /stop would stop); `own`: this
+        command's batch when it runs in the chat's order, whose model work /stop cancels.
         """
         command = self.commands.find(name)
         reply: str
@@ -230,27 +226,6 @@ class ChatWorker:
                                             *committed.after))
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
 
-    def _still_ours(self, chat_key: str, when: str) -> bool:
-        """Whether this process may still write and send for the chat: not once its lease
-        may have lapsed (a pause); then the turn is dropped unsaid and the chat given up
-        (docs/scale-out.md, "A paused process")."""
-        if self.may_act(chat_key):
-            return True
-        log.warning("chat %s: the lease may have lapsed %s; the turn is dropped and the "
-                    "chat given up", chat_key, when)
-        self.conversations.forget(chat_key)
-        self.forfeit(chat_key)
-        return False
-
-    def _unreachable(self, chat: ChatRef, records: list[InboundRecord]) -> None:
-        """The store failed mid-turn: nothing is said and the messages stay open; the
-        turn runs again from what the store holds once it answers (`again`)."""
-        self.conversations.forget(chat.key)  # it may hold what was never stored
-        log.warning("chat %s: the turn runs again once the database is back", chat.key)
-        # As new messages: their status is read again; an outage counts no attempt.
-        self.again(chat.key, [MessageJob(chat, dataclasses.replace(r, status="pending"))
-                              for r in records])
-
     async def _retried(self, records: list[InboundRecord]) -> list[InboundRecord]:
         """Messages to answer, leaving out poison. A taken message comes back only when a
         turn on it was cut short (a crash, a kill, the watchdog): one more attempt is
@@ -369,12 +344,15 @@ class ChatWorker:
 
     async def _not_answered(self, chat: ChatRef, records: list[InboundRecord],
                             reason: str | None, live: LiveReply | None = None) -> None:
-        """A turn that produced nothing: superseded (silently), stopped, or failed. Previews
-        of a partial answer are replaced by the sentence (or removed, when superseded)."""
+        """A turn that produced nothing: superseded (silently), stopped, or failed; its
+        previews become the sentence (or go, when superseded)."""
         if not self._still_ours(chat.key, "before saying it failed"):
             return  # it failed because another process answered it meanwhile
         failed = reason != "superseded"
-        await asyncio.shield(self.conversations.abandon(chat.key, records, failed=failed))
+        try:
+            await asyncio.shield(self.conversations.abandon(chat.key, records, failed=failed))
+        except StoreUnavailable:
+            return self._unreachable(chat, records)
         previews = live.previews if live else ()
         if not failed:
             await self.outbound.discard(chat, previews)

@@ -11,7 +11,7 @@ another process stored a message for it. Only a store shared between processes h
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 
 class Coordination(ABC):
@@ -20,8 +20,10 @@ class Coordination(ABC):
         """Take the lease when it is free, expired or already ours (then renew it)."""
 
     @abstractmethod
-    async def renew(self, holder: str, ttl: float) -> set[str]:
-        """Extend every lease `holder` still holds; returns their names."""
+    async def renew(self, holder: str, ttl: float, names: Collection[str]) -> set[str]:
+        """Extend those of the leases `names` that `holder` still holds; returns their
+        names. A lease the holder no longer counts as its own is left to expire, so the
+        chat it names is swept up by whoever is alive."""
 
     @abstractmethod
     async def release(self, name: str, holder: str) -> None:

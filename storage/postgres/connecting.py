@@ -14,7 +14,8 @@ RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 SESSION_SETTINGS = {"idle_in_transaction_session_timeout": "5000"}
 # The database out of reach (refused, cut, shutting down or starting, too slow to answer).
 UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresConnectionError,
-               asyncpg.exceptions.OperatorInterventionError, asyncpg.InterfaceError)
+               asyncpg.exceptions.OperatorInterventionError, asyncpg.InterfaceError,
+               asyncpg.InternalClientError)  # a connection left mid-operation by a cut
 
 
 def display_url(url: str) -> str:

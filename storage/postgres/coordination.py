@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -36,7 +36,8 @@ CLAIM = f"""INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, {_NOW}
     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
     WHERE leases.holder = excluded.holder OR leases.expires_at < {_NOW}
     RETURNING holder"""
-RENEW = f"UPDATE leases SET expires_at = {_NOW} + $2 WHERE holder = $1 RETURNING name"
+RENEW = (f"UPDATE leases SET expires_at = {_NOW} + $2 WHERE holder = $1 AND name = ANY($3)"
+         " RETURNING name")
 RELEASE = "DELETE FROM leases WHERE name = $1 AND holder = $2"
 # Chats with a pending or taken ledger row whose chat lease is missing or expired.
 UNATTENDED = f"""SELECT DISTINCT i.chat_key FROM inbound AS i
@@ -56,8 +57,8 @@ class PostgresCoordination(Coordination):
         found = await self._store.fetch(CLAIM, name, holder, ttl)
         return bool(found)
 
-    async def renew(self, holder: str, ttl: float) -> set[str]:
-        return {row[0] for row in await self._store.fetch(RENEW, holder, ttl)}
+    async def renew(self, holder: str, ttl: float, names: Collection[str]) -> set[str]:
+        return {row[0] for row in await self._store.fetch(RENEW, holder, ttl, list(names))}
 
     async def release(self, name: str, holder: str) -> None:
         await self._store.fetch(RELEASE, name, holder)

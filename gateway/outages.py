@@ -1,0 +1,106 @@
+"""A chat's turn when the ground moves under it: the store goes out of reach mid-turn
+(the chat waits in place and runs it again), or, with several processes, the chat's lease
+may have lapsed (the turn is dropped unsaid). Mixed into ChatWorker (worker.py); see
+docs/scale-out.md."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import NoReturn
+
+from gateway.conversations import Conversations
+from gateway.jobs import MessageJob, ResendJob, Running
+from platforms.base import ChatRef
+from storage.base import SessionStore
+from storage.errors import StoreError, StoreUnavailable
+from storage.models import InboundRecord
+
+log = logging.getLogger(__name__)
+FIRST_PAUSE_S = 0.5  # before asking a store that failed again, doubling up to the longest
+LONGEST_PAUSE_S = 10.0
+
+
+class StoreDown(Exception):
+    """The store went out of reach mid-turn; the batch runs again once it answers."""
+
+
+def jobs_chat(running: Running) -> ChatRef:
+    return next(job.chat for job in running.jobs if isinstance(job, MessageJob))
+
+
+class Outages:
+    """Mixed into ChatWorker: its store, conversations, `_answer` and `_resend`."""
+
+    store: SessionStore
+    conversations: Conversations
+    # With several processes: whether the chat's lease surely holds (cluster.py), and
+    # what to do when it may not.
+    may_act: Callable[[str], bool]
+    forfeit: Callable[[str], None]
+
+    async def _answer(self, chat_key: str, running: Running) -> None:
+        raise NotImplementedError
+
+    async def _resend(self, job: ResendJob) -> None:
+        raise NotImplementedError
+
+    async def _answer_through_outages(self, chat_key: str, running: Running) -> None:
+        """Answer the batch. When the store goes out of reach mid-turn, the chat waits in
+        place (its later messages behind it: nothing overtakes) until the store answers,
+        then what is still open runs again, or, when the turn's reply was stored after
+        all (a commit whose answer was lost), is sent (docs/scale-out.md)."""
+        while True:
+            try:
+                return await self._answer(chat_key, running)
+            except (StoreDown, StoreUnavailable):
+                self.conversations.forget(chat_key)
+                log.warning("chat %s: the turn runs again once the database is back", chat_key)
+            jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
+            fresh = await self._once_stored([job.record.id for job in jobs])
+            if not self._still_ours(chat_key, "once the database was back"):
+                return  # the chat moved on meanwhile: its new holder finishes it
+            replied: dict[int, list[InboundRecord]] = {}
+            for job in list(jobs):
+                record = fresh.get(job.record.id)
+                if record is not None and record.reply_row_id is not None:
+                    replied.setdefault(record.reply_row_id, []).append(record)
+                if record is None or record.status not in ("pending", "taken") \
+                        or record.reply_row_id is not None:
+                    jobs.remove(job)
+                else:  # as new: its status is read again; an outage counts no attempt
+                    job.record = dataclasses.replace(record, status="pending")
+            for group in replied.values():
+                await self._resend(ResendJob(jobs_chat(running), tuple(group)))
+            if not jobs:
+                return
+            running.jobs[:] = jobs
+
+    async def _once_stored(self, ids: list[int]) -> dict[int, InboundRecord]:
+        """The rows, read as soon as the store answers again (pausing longer each try)."""
+        pause = FIRST_PAUSE_S
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                return {r.id: r for r in await self.store.inbound(ids)}
+            except StoreError:
+                pause = min(pause * 2, LONGEST_PAUSE_S)
+
+    def _still_ours(self, chat_key: str, when: str) -> bool:
+        """Whether this process may still write and send for the chat: not once its lease
+        may have lapsed (a pause); then the turn is dropped unsaid and the chat given up
+        (docs/scale-out.md, "A paused process")."""
+        if self.may_act(chat_key):
+            return True
+        log.warning("chat %s: the lease may have lapsed %s; the turn is dropped and the "
+                    "chat given up", chat_key, when)
+        self.conversations.forget(chat_key)
+        self.forfeit(chat_key)
+        return False
+
+    def _unreachable(self, chat: ChatRef, records: list[InboundRecord]) -> NoReturn:
+        """The store failed mid-turn: nothing is said, the messages stay open."""
+        self.conversations.forget(chat.key)  # it may hold what was never stored
+        raise StoreDown(chat.key)
