@@ -113,7 +113,7 @@ class Cluster:
     async def release_all(self) -> None:
         """After the chats drained: let other processes take them at once, not at expiry."""
         for chat_key in list(self.held):
-            await self._release(chat_key, again=False)
+            await self._release(chat_key)
 
     # --- the chats --------------------------------------------------------------------
     async def enqueue(self, chat_key: str, job: Job) -> None:
@@ -265,18 +265,19 @@ class Cluster:
         for chat_key in await self.coordination.unattended_chats():
             await self.offer(chat_key)
 
-    async def _release(self, chat_key: str, *, again: bool = True) -> None:
-        """Give an idle chat up. A row still open then was stored elsewhere while we held
-        the chat (its notice missed), or was routed here and lost on the way (a job the
-        database failed): the chat is taken again for it (`again`; not when stopping)."""
+    async def _release(self, chat_key: str) -> None:
         self.held.pop(chat_key, None)
         self._sure_until.pop(chat_key, None)
-        routed = self._routed.pop(chat_key, set())
         await self.coordination.release(f"chat:{chat_key}", self.holder)
         self._moved(chat_key)
-        if not again:
-            self._routed[chat_key] = routed  # a drain cut short: these stay ours to skip
-        elif await self._open_rows(chat_key):
+        # A row stored elsewhere while we held the chat, whose notice we may have missed:
+        # take the chat again for it. Rows that left the ledger are forgotten.
+        rows = await self._open_rows(chat_key)
+        open_ids = {r.id for r in rows}
+        routed = self._routed.pop(chat_key, set()) & open_ids
+        if routed:
+            self._routed[chat_key] = routed
+        if open_ids - routed:
             await self.offer(chat_key)
 
     # --- single-instance roles (a platform's poller) ----------------------------------

@@ -111,6 +111,7 @@ async def test_a_poller_keeps_an_update_it_could_not_store_with_telegram(
     try:
         fake_telegram.push(fake_telegram.updates.private_text(_text(50, 0), user))
         await fake_telegram.wait_for_messages(user, 1, timeout=60)
+        await _all_answered(db_url, 1)  # and marked sent: not a reply to send again
         own_postgres.halt()
         fake_telegram.push(fake_telegram.updates.private_text(_text(50, 1), user))
         await eventually(lambda: "could not be stored" in instance.log()  # or, before the
