@@ -16,10 +16,10 @@ from agent.providers.factory import build_provider
 MESSAGES = 2_000
 # CPU seconds of the loop's thread (its own work and the fake server's, which runs on the
 # same loop). The OpenAI SDK's typed walk cost 0.7-0.85 s for these; without it the worst
-# gap is 0.02-0.06 s. With Anthropic the fake's own parsing costs 0.1-0.33 s on a busy
-# machine, close to what the walk cost (0.17-0.33 s): for Anthropic this bound only
-# catches a walk much slower than today's.
-STALL_S = 0.5
+# gap is 0.02-0.06 s. With Anthropic the fake's own streaming work reached 0.65 s on a
+# busy CI machine, more than the walk ever cost here (0.17-0.33 s): its bound only
+# catches a stall of the size the issue reported (1-2.5 s).
+STALL_S = {"openai": 0.5, "anthropic": 1.5}
 
 
 def conversation() -> list[dict[str, Any]]:
@@ -64,6 +64,6 @@ async def test_a_long_conversation_costs_the_loop_milliseconds(kind, streamed, f
     completion, worst = await worst_stall_during(llm.complete(
         conversation(), on_text=pieces.append if streamed else None))
     assert completion.message["content"] == "echo: q"
-    assert worst < STALL_S, f"the loop was held {worst:.2f} s"
+    assert worst < STALL_S[kind], f"the loop was held {worst:.2f} s"
     assert fake.calls[-1].json["messages"][-1]["content"] in ("q", [{"type": "text",
                                                                      "text": "q"}])
