@@ -170,7 +170,11 @@ class Cluster:
         """The chat is ours from now; whatever we knew of it before is not trusted."""
         self._moved(chat_key)
         self.held[chat_key] = time.monotonic()
-        self._sure_until[chat_key] = asked + self.ttl - SURE_MARGIN_S
+        self._sure_until[chat_key] = self._sure_from(asked)
+
+    def _sure_from(self, asked: float) -> float:
+        """Until when a lease taken or renewed by a call begun at `asked` surely holds."""
+        return asked + self.ttl - SURE_MARGIN_S
 
     def may_act(self, chat_key: str) -> bool:
         """Whether this process surely still holds the chat's lease: it may write and send
@@ -241,9 +245,9 @@ class Cluster:
             self._sure_until.pop(chat_key, None)
             self._moved(chat_key)
         for chat_key in before & self.held.keys():
-            self._sure_until[chat_key] = asked + self.ttl - SURE_MARGIN_S
+            self._sure_until[chat_key] = self._sure_from(asked)
         for role in roles & self._roles.keys():
-            self._roles[role] = asked + self.ttl - SURE_MARGIN_S if role in kept else 0.0
+            self._roles[role] = self._sure_from(asked) if role in kept else 0.0
 
     def _relisten(self) -> None:
         """Listening again after the connection was lost: notices sent meanwhile were
@@ -295,7 +299,7 @@ class Cluster:
                 log.info("%s: another process holds it; standing by", role)
                 waiting = True
             await asyncio.sleep(self.ttl / 3)
-        self._roles[role] = asked + self.ttl - SURE_MARGIN_S
+        self._roles[role] = self._sure_from(asked)
         log.info("%s: this process holds it now", role)
 
     def may_lead(self, role: str) -> bool:

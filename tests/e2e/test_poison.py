@@ -35,6 +35,20 @@ def attempts(tmp_path) -> dict[str, tuple[str, int]]:
                 db.execute("SELECT text, status, attempts FROM inbound")}
 
 
+async def skipped_then_answered(tmp_path, config: str, fake_telegram):
+    """Start again: Bob hears the skip, then his next message is answered; stop cleanly.
+    Returns the skip, Bob's first two messages and the run's stderr."""
+    proc = await start(tmp_path, config)
+    try:
+        [skipped] = await fake_telegram.wait_for_messages(BOB, 1, timeout=60)
+        fake_telegram.push(fake_telegram.updates.private_text("are you there?", BOB))
+        replies = await fake_telegram.wait_for_messages(BOB, 2, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    return skipped, replies, err
+
+
 async def test_a_message_that_kills_the_process_is_skipped_after_its_second_try(
         tmp_path, fake_openai, fake_telegram):
     install_plugin(tmp_path, "kills-on-marker", "KillsOnMarker")
@@ -66,14 +80,7 @@ async def test_a_message_that_kills_the_process_is_skipped_after_its_second_try(
     assert fake_telegram.messages(BOB) == []
     assert attempts(tmp_path)[poison] == ("taken", 2)
 
-    third = await start(tmp_path, config)
-    try:
-        [skipped] = await fake_telegram.wait_for_messages(BOB, 1, timeout=60)
-        fake_telegram.push(fake_telegram.updates.private_text("are you there?", BOB))
-        replies = await fake_telegram.wait_for_messages(BOB, 2, timeout=60)
-    finally:
-        third.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(third.communicate(), 60)
+    skipped, replies, err = await skipped_then_answered(tmp_path, config, fake_telegram)
     assert skipped.text == SKIPPED
     assert replies[1].text == "echo: are you there?"
     assert [m.text for m in fake_telegram.messages(ALICE)] == ["echo: hello from Alice"]
@@ -105,14 +112,7 @@ async def test_a_kill_while_the_skip_is_being_sent_still_says_it_once(
     assert fake_telegram.messages(BOB) == []
     fake_telegram.fail_method_for("sendMessage", 502, 0)  # back up
 
-    fourth = await start(tmp_path, config)
-    try:
-        [skipped] = await fake_telegram.wait_for_messages(BOB, 1, timeout=60)
-        fake_telegram.push(fake_telegram.updates.private_text("are you there?", BOB))
-        replies = await fake_telegram.wait_for_messages(BOB, 2, timeout=60)
-    finally:
-        fourth.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(fourth.communicate(), 60)
+    skipped, replies, _ = await skipped_then_answered(tmp_path, config, fake_telegram)
     assert skipped.text == SKIPPED
     assert [m.text for m in replies] == [SKIPPED, "echo: are you there?"]
     assert attempts(tmp_path)[poison] == ("failed", 2)
