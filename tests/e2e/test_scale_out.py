@@ -33,6 +33,12 @@ def _text(chat: int, k: int) -> str:
 async def _check_once_and_in_order(fake_telegram, fake_openai, db_url: str, *,
                                    killed: bool = False, chats: int = CHATS,
                                    per_chat: int = PER_CHAT) -> None:
+    # A kill between Telegram taking a chunk and the ledger marking it sent cannot be told
+    # from a kill before the send: that chunk goes once more, and the ledger says
+    # `maybe_sent` (docs/architecture.md, "Sending"). Only those may show twice.
+    maybe = {int(r[0]) for r in await rows(
+        db_url, "SELECT i.message_id FROM deliveries AS d JOIN inbound AS i"
+        " ON i.id = d.inbound_id WHERE d.maybe_sent = 1")} if killed else set()
     for chat in range(chats):
         user = FIRST_USER + chat
         expected = [_text(chat, k) for k in range(per_chat)]
@@ -42,10 +48,13 @@ async def _check_once_and_in_order(fake_telegram, fake_openai, db_url: str, *,
         # One reply per turn, each to a later message: nothing answered twice or backwards.
         # (On failure: each reply's text and time, to tell a resent chunk from a turn run
         # twice.)
-        assert replies == sorted(set(replies)) and replies, (
+        once = [r for i, r in enumerate(replies)
+                if not (r in maybe and i and replies[i - 1] == r)]
+        assert once == sorted(set(replies)) and replies, (
             chat, [(m.reply_to, m.message_id, round(m.at, 3), m.text[:60]) for m in ours])
     _every_request_holds_its_history(fake_openai)
-    calls, sent = len(fake_openai.calls_to("/chat/completions")), len(fake_telegram.messages())
+    calls = len(fake_openai.calls_to("/chat/completions"))
+    sent = len(fake_telegram.messages()) - len(maybe)
     # Every model answer was sent once; only turns cut off by the kill asked for nothing.
     assert 0 <= calls - sent <= (CHATS if killed else 0), (calls, sent)
 
