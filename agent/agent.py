@@ -211,6 +211,8 @@ class Agent:
             for message in (self.budget.apply(results) if self.budget
                             else [m for _, m in results]):
                 self._add(message)
+            if self.budget is not None:
+                await self.budget.share()
         if (self.compression_enabled and not compacted
                 and self.engine.should_compress(prompt_tokens)):
             await self._compress(notices, current_tokens=prompt_tokens)
@@ -275,6 +277,8 @@ class Agent:
         that fails or turns into tool calls is retracted: only the answer stays."""
         stream = self._stream
         kwargs: dict[str, Any] = {"on_text": stream.text} if stream else {}
+        if self.files is not None:  # pictures another process kept (docs/scale-out.md)
+            await self.files.fetch_missing(self.messages.as_list())
         try:
             completion = await self.provider.complete(
                 self._request(), max_tokens=max_tokens,

@@ -9,7 +9,6 @@ text (docs/architecture.md, "Attachments").
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -210,7 +209,7 @@ class AttachmentReader:
     async def _image(self, record: InboundRecord, attachment: Attachment, image: ModelImage
                      ) -> dict[str, Any]:
         suffix = image.mime.partition("/")[2]
-        ref = await asyncio.to_thread(self.files.save, record.chat_key, image.data, suffix)
+        ref = await self.files.keep(record.chat_key, image.data, suffix)
         return attachment_part("image", file=ref, name=attachment.name or f"picture.{suffix}",
                                mime=image.mime, size=len(image.data),
                                text=attachment.caption or "", width=image.width,
@@ -220,7 +219,7 @@ class AttachmentReader:
                         text: FileText, reading: Reading) -> dict[str, Any]:
         name = attachment.name or "file"
         suffix = name.rpartition(".")[2] if "." in name else "txt"
-        ref = await asyncio.to_thread(self.files.save, record.chat_key, data, suffix)
+        ref = await self.files.keep(record.chat_key, data, suffix)
         if text.truncated:
             reading.notices.append(
                 f"{name} is long ({text.chars:,} characters), so I read its beginning and "
@@ -237,7 +236,7 @@ class AttachmentReader:
         # A network call with its own timeout (transcription.timeout_s): no CPU of ours.
         transcript = await self.transcriber.transcribe(data, name, attachment.mime)
         suffix = name.rpartition(".")[2] if "." in name else "ogg"
-        ref = await asyncio.to_thread(self.files.save, record.chat_key, data, suffix)
+        ref = await self.files.keep(record.chat_key, data, suffix)
         line = " ".join(transcript.split())
         if len(line) > HEARD_CHARS:
             line = line[:HEARD_CHARS - 1].rstrip() + "…"

@@ -15,6 +15,7 @@ from agent.attachments.parts import build_content
 from agent.context_engine import ContextEngine, EngineFactory
 from agent.providers.base import Provider
 from agent.tokens import CHARS_PER_TOKEN, estimate_text, over_share
+from agent.tools.budget import RETENTION_S as OUTPUTS_RETENTION_S
 from agent.tools.budget import OutputBudget, chat_directory
 from agent.tools.builtin import Found, history_search
 from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
@@ -72,6 +73,7 @@ class Conversations:
         self.files = files  # attachments, a directory per chat
         self.plugin_tools = plugin_tools()  # loaded once; each chat's registry holds them
         self.tool_dir = tool_dir  # saved tool outputs, a directory per chat
+        self.tool_shelf = store.shelf("tool_outputs", OUTPUTS_RETENTION_S)  # shared
         self.metrics = metrics or Metrics()
         self.prices: Mapping[str, Price] = dict(prices or {})  # by model, for /usage
         self.provider = provider
@@ -150,7 +152,8 @@ class Conversations:
 
     async def _load_agent(self, session: SessionRecord) -> Agent:
         budget = (OutputBudget(chat_directory(self.tool_dir, session.chat_key),
-                               self.provider.context_length) if self.tool_dir else None)
+                               self.provider.context_length, self.tool_shelf)
+                  if self.tool_dir else None)
         agent = Agent.create(self.provider, self.engine_factory, self.settings,
                              summary_provider=self.summary_provider, limits=self.limits,
                              tools=lambda engine: self._tools(session.chat_key, engine, budget),

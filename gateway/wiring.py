@@ -111,14 +111,16 @@ def build_conversations(config: Config, store: SessionStore,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,
                          max_agents=config.gateway.cached_agents,
-                         tool_dir=tool_outputs(config), files=attachment_files(config))
+                         tool_dir=tool_outputs(config), files=attachment_files(config, store))
 
 
-def attachment_files(config: Config) -> AttachmentFiles:
-    """Where attachments are kept (beside the database); files unused past the retention
-    period are removed here."""
-    files = AttachmentFiles(config.db_path.parent / "attachments")
-    removed = files.sweep(config.attachments.retention_days * 86_400)
+def attachment_files(config: Config, store: SessionStore) -> AttachmentFiles:
+    """Where attachments are kept (beside the database, and on the store's shelf when
+    several processes share it); files unused past the retention period are removed here."""
+    retention_s = config.attachments.retention_days * 86_400
+    files = AttachmentFiles(config.db_path.parent / "attachments",
+                            store.shelf("attachments", retention_s))
+    removed = files.sweep(retention_s)
     if removed:
         log.info("removed %d attachment file(s) unused for %g days", removed,
                  config.attachments.retention_days)

@@ -189,6 +189,12 @@ class SessionStore(ABC):
         """Drop what this process remembers of the chat's live session (another process
         may have answered it meanwhile): the next lookup reads the store."""
 
+    def shelf(self, namespace: str, retention_s: float) -> Any:
+        """Where files every process must read are kept besides this process's directory
+        (an agent.shelf.Shelf), or None when the directory beside the database is the only
+        place (one process)."""
+        return None
+
     @abstractmethod
     async def record_notice(self, inbound_id: int, chunks: Sequence[OutChunk]) -> None:
         """Record a short answer (not part of any session) for delivery to one message,

@@ -4,11 +4,13 @@ Every row keeps its id, so the links between tables (a ledger row's message, a d
 reply, a session's parent) stay exactly as they were; identity sequences then continue
 after the largest id. Sessions go in parents first (a continuation needs its parent). The
 copy is one transaction: it lands whole or not at all, and it is verified by counting the
-rows of every table on both sides.
+rows of every table on both sides. The files kept beside the SQLite file (attachments and
+saved tool outputs) go on the database's shelf in the same transaction.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from storage.errors import StoreError
+from storage.postgres import files
 from storage.postgres.queries import search_text
 from storage.postgres.store import PostgresSessionStore
 from storage.rows import decode_message
@@ -49,6 +52,7 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("previews", "inbound_id, position, platform_message_id"),
 )
 _IDENTITIES = ("messages", "usage", "inbound")
+FILE_DIRS = ("attachments", "tool_outputs")  # beside the file; their namespaces on the shelf
 
 
 @dataclass(frozen=True)
@@ -156,9 +160,28 @@ async def _copy(source: Path, target_url: str) -> Copied:
                     await con.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
                                       f" COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)")
                 counts = await _verify(db, con)
+                counts["files"] = await _copy_files(source.parent, con)
         finally:
             await con.close()
     return Copied(counts)
+
+
+async def _copy_files(home: Path, con: asyncpg.Connection) -> int:
+    """The attachments and saved tool outputs beside the file go on the shared shelf
+    (storage/postgres/files.py), under the refs the stored messages already use."""
+    copied = 0
+    for namespace in FILE_DIRS:
+        root = home / namespace
+        paths = await asyncio.to_thread(lambda r=root: sorted(p for p in r.glob("*/*")
+                                                              if p.is_file()))
+        for path in paths:
+            if path.name.startswith("."):  # a write that never finished
+                continue
+            data = await asyncio.to_thread(path.read_bytes)
+            await con.execute(files.PUT, f"{namespace}/{path.parent.name}/{path.name}", data,
+                              path.stat().st_mtime)
+            copied += 1
+    return copied
 
 
 async def _verify(db: sqlite3.Connection, con: asyncpg.Connection) -> dict[str, int]:

@@ -5,10 +5,16 @@ again after a restart) is kept once. A stored message refers to it by `ref`, the
 below the root ("<chat dir>/<hash>.<ext>"); nothing else about a chat reaches a path.
 Files unused for the retention period are removed at startup (docs/architecture.md,
 "Attachments"); using a file for a request counts as use.
+
+With several processes on one PostgreSQL database the directory is each process's cache
+and the database is the shelf every process reads: a file kept by one process is put on
+the shelf, and a process that takes the chat over fetches what it misses before the model
+sees the conversation (docs/scale-out.md, "Shared files").
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import logging
@@ -17,7 +23,10 @@ import re
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
+from agent.attachments.parts import attachments_in
+from agent.shelf import Shelf
 from agent.tools.budget import chat_directory
 
 log = logging.getLogger(__name__)
@@ -27,8 +36,10 @@ _CACHE_BYTES = 64 * 1024 * 1024  # encoded pictures kept in memory between reque
 
 
 class AttachmentFiles:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, shelf: Shelf | None = None) -> None:
         self.root = root
+        self.shelf = shelf
+        self._here: set[str] = set()  # refs known to be in the directory
         self._encoded: OrderedDict[str, str] = OrderedDict()
         self._encoded_bytes = 0
         self._touched: dict[str, float] = {}  # a file in use is marked used once an hour
@@ -42,11 +53,37 @@ class AttachmentFiles:
         if path.exists():
             os.utime(path)
             return ref
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.part")
-        partial.write_bytes(data)
-        os.replace(partial, path)
+        _write_whole(path, data)
         return ref
+
+    async def keep(self, chat_key: str, data: bytes, suffix: str) -> str:
+        """`save`, off the event loop, and on the shelf for the other processes."""
+        ref = await asyncio.to_thread(self.save, chat_key, data, suffix)
+        if self.shelf is not None:
+            await self.shelf.put(ref, data)
+        self._here.add(ref)
+        return ref
+
+    async def fetch_missing(self, messages: list[dict[str, Any]]) -> None:
+        """Bring the pictures of `messages` this process lacks from the shelf (a chat that
+        another process answered before). A file the shelf lacks too stays missing: the
+        model is told it is gone."""
+        if self.shelf is None:
+            return
+        for message in messages:
+            for part in attachments_in(message.get("content")):
+                ref = str(part.get("file") or "")
+                if part.get("kind") != "image" or ref in self._here or ref in self._encoded:
+                    continue
+                path = self.path(ref)
+                if path is None:
+                    continue
+                if not await asyncio.to_thread(path.is_file):
+                    data = await self.shelf.get(ref)
+                    if data is None:
+                        continue
+                    await asyncio.to_thread(_write_whole, path, data)
+                self._here.add(ref)
 
     def path(self, ref: str) -> Path | None:
         """The file a ref names, or None for a ref that is not one of ours."""
@@ -107,3 +144,10 @@ class AttachmentFiles:
             except OSError as exc:
                 log.warning("could not remove old attachment %s: %s", path, exc)
         return removed
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+    partial.write_bytes(data)
+    os.replace(partial, path)

@@ -6,7 +6,9 @@ per assistant turn, if all results together pass clamp(window x 4 x 0.30, 16,000
 result is replaced by a block saying its size, its file id, how to read it back
 (`read_saved_output`) and its first 1,500 characters. The reading tool's own output is
 never saved (that would loop). Files live in one directory per chat and are removed
-after a retention period (docs/architecture.md, "Tools").
+after a retention period (docs/architecture.md, "Tools"); with several processes they go
+on the shared shelf as well, and a process that lacks one reads it from there
+(docs/scale-out.md, "Shared files").
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.shelf import Shelf
 from agent.tools.registry import Tool
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,8 @@ def chat_directory(root: Path, chat_key: str) -> Path:
 class OutputBudget:
     directory: Path  # this chat's directory
     window: int  # the model's context window, in tokens
+    shelf: Shelf | None = None  # shared by every process, when there are several
+    _unshared: list[str] = field(default_factory=list)  # saved, not yet on the shelf
 
     @property
     def per_result(self) -> int:
@@ -76,7 +81,32 @@ class OutputBudget:
         self.directory.mkdir(parents=True, exist_ok=True)
         file_id = f"{uuid.uuid4().hex}.txt"
         (self.directory / file_id).write_text(text, encoding="utf-8")
+        if self.shelf is not None:
+            self._unshared.append(file_id)
         return {**message, "content": _block(text, file_id)}
+
+    def _key(self, file_id: str) -> str:
+        return f"{self.directory.name}/{file_id}"
+
+    async def share(self) -> None:
+        """Put the outputs saved since the last call on the shelf."""
+        while self.shelf is not None and self._unshared:
+            file_id = self._unshared[0]
+            data = (self.directory / file_id).read_bytes()
+            await self.shelf.put(self._key(file_id), data)
+            self._unshared.pop(0)
+
+    async def _fetch(self, file_id: str) -> None:
+        """Bring a saved output this process lacks from the shelf."""
+        path = self.directory / file_id
+        if self.shelf is None or not _FILE_ID.match(file_id or "") or path.is_file():
+            return
+        data = await self.shelf.get(self._key(file_id))
+        if data is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{file_id}.part")
+            partial.write_bytes(data)
+            partial.replace(path)
 
     def read(self, file_id: str, offset: int = 0, limit: int = READ_LIMIT) -> str:
         """Exactly text[offset:offset + limit] of a saved output of this chat."""
@@ -91,6 +121,7 @@ class OutputBudget:
 
     def reader(self) -> Tool:
         async def run(arguments: dict[str, Any]) -> str:
+            await self._fetch(str(arguments.get("file", "")))
             return self.read(str(arguments.get("file", "")), arguments.get("offset", 0) or 0,
                              arguments.get("limit", READ_LIMIT) or READ_LIMIT)
 

@@ -180,7 +180,18 @@ _V4_DELIVERY_FAULTS = (
     )""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DELIVERY_FAULTS)
+# Files every process reads (storage/postgres/files.py): attachments and saved tool
+# outputs, by namespaced key.
+_V5_FILES = (
+    """CREATE TABLE files (
+        key TEXT PRIMARY KEY,
+        data BYTEA NOT NULL,
+        used_at DOUBLE PRECISION NOT NULL
+    )""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DELIVERY_FAULTS,
+                                           _V5_FILES)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -44,6 +44,7 @@ from storage.postgres.connecting import (
 )
 from storage.postgres.coordination import PostgresCoordination
 from storage.postgres.deliveries import DeliveryRows
+from storage.postgres.files import PostgresShelf
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -105,6 +106,9 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
 
     async def end_run(self) -> None:
         return None
+
+    def shelf(self, namespace: str, retention_s: float) -> PostgresShelf:
+        return PostgresShelf(self, namespace, retention_s)
 
     async def backup(self, dest: str) -> None:
         raise StoreError(f"back up {self.label} with pg_dump; `threadline backup` copies "

@@ -7,6 +7,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+from agent.attachments.files import AttachmentFiles
 from storage.base import SessionStore
 from storage.models import Compaction, OutChunk, TurnRecord, UsageRecord
 from storage.postgres import PostgresSessionStore
@@ -86,6 +87,8 @@ async def test_migrate_round_trips_chains_search_and_usage(tmp_path, postgres_ur
     async with SqliteSessionStore(source) as sqlite:
         chains = await _fill(sqlite)
         expected = await _answers(sqlite, chains)
+    picture = b"\xff\xd8\xff" + bytes(range(256)) * 8
+    ref = AttachmentFiles(tmp_path / "attachments").save("telegram:7", picture, "jpg")
 
     config = str(write_config(tmp_path, storage={"path": str(source)}))
     ran = await threadline("migrate", "--to", postgres_url, "--config", config, home=tmp_path)
@@ -99,6 +102,8 @@ async def test_migrate_round_trips_chains_search_and_usage(tmp_path, postgres_ur
                               chat_key="test:new", text="hi", sender_id=None, sender_name=None)
         assert row is not None and row.id > CHAINS
         await pg.finish_inbound([row.id], "failed")
+        # The files beside the SQLite file are on the shelf every process reads.
+        assert await pg.shelf("attachments", 3600).get(ref) == picture
 
     # The shell and /usage read the same answers from either database.
     for sub in ("pg", "a", "b"):

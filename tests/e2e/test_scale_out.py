@@ -18,6 +18,7 @@ from tests.harness.cluster import (
     stop_all,
     user_texts,
 )
+from tests.harness.media import b64, jpeg
 
 CHATS = 100
 PER_CHAT = 10
@@ -208,3 +209,34 @@ async def test_a_chat_that_moves_between_processes_is_answered_with_its_whole_hi
         await stop_all(instances)
     await _check_once_and_in_order(fake_telegram, fake_openai, postgres_url, chats=chats,
                                    per_chat=rounds)
+
+
+async def test_a_picture_sent_through_one_process_is_shown_to_the_model_by_another(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    """Each process keeps files in its own directory; the picture reaches the model from
+    the other process once the chat moved, read from the database (issue 34, point 6)."""
+    a, b = await asyncio.gather(*(
+        start_instance(tmp_path / name, fake_telegram, fake_openai.base_url, postgres_url,
+                       lease_seconds=LEASE, model={"vision": True}) for name in ("a", "b")))
+    user, photo = FIRST_USER + 900, jpeg(3)
+    file_id = fake_telegram.add_file(photo, kind="photo", suffix=".jpg")
+    try:
+        await post(fake_telegram, [a, b], 0,
+                   fake_telegram.updates.photo("what is this?", user_id=user, file_id=file_id))
+        await _all_answered(postgres_url, 1)
+        await _no_chat_held(postgres_url)  # the chat is free: b takes it
+        await post(fake_telegram, [a, b], 1,
+                   fake_telegram.updates.private_text("and its colour?", user))
+        await _all_answered(postgres_url, 2)
+    finally:
+        await stop_all([a, b])
+    first, second = fake_openai.calls_to("/chat/completions")
+    assert first.json["messages"] != second.json["messages"]
+    pictures = [part["image_url"]["url"] for m in second.json["messages"]
+                if isinstance(m.get("content"), list) for part in m["content"]
+                if part.get("type") == "image_url"]
+    assert pictures == [f"data:image/jpeg;base64,{b64(photo)}"]
+    # b answered the second turn: its directory holds the picture only by fetching it.
+    [at_a], [at_b] = ([p.read_bytes() for p in (tmp_path / home).glob("attachments/*/*")]
+                      for home in ("a", "b"))
+    assert at_a == at_b == photo

@@ -41,7 +41,8 @@ class Instance:
 
 
 async def start_instance(home: Path, fake: FakeTelegram, model_url: str, db_url: str, *,
-                         mode: str = "webhook", lease_seconds: float = 3.0) -> Instance:
+                         mode: str = "webhook", lease_seconds: float = 3.0,
+                         model: dict[str, Any] | None = None) -> Instance:
     await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
     port = free_port()
     telegram: dict[str, Any] = {"enabled": True, "token": fake.token, "base_url": fake.base_url,
@@ -49,7 +50,8 @@ async def start_instance(home: Path, fake: FakeTelegram, model_url: str, db_url:
     if mode == "webhook":
         telegram["webhook"] = {"url": PUBLIC_URL, "listen": "127.0.0.1", "port": port,
                                "secret_token": SECRET}
-    config = write_config(home, model={"base_url": model_url}, storage={"url": db_url},
+    config = write_config(home, model={"base_url": model_url, **(model or {})},
+                          storage={"url": db_url},
                           gateway={"open": True, "coalesce_ms": 0,
                                    "lease_seconds": lease_seconds},
                           platforms={"console": {"enabled": False}, "telegram": telegram})
