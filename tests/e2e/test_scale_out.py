@@ -18,6 +18,7 @@ from tests.harness.cluster import (
     stop_all,
     user_texts,
 )
+from tests.harness.gateway import summarizing_responder
 from tests.harness.media import b64, jpeg
 
 CHATS = 100
@@ -240,3 +241,52 @@ async def test_a_picture_sent_through_one_process_is_shown_to_the_model_by_anoth
     [at_a], [at_b] = ([p.read_bytes() for p in (tmp_path / home).glob("attachments/*/*")]
                       for home in ("a", "b"))
     assert at_a == at_b == photo
+
+
+async def _turns_at(fake_telegram, db_url: str, instance: Instance, user: int,
+                    texts: list[str]) -> None:
+    """Each text at `instance`, one after the other, then until the chat is free again."""
+    for text in texts:
+        done = await answered(db_url)
+        await post(fake_telegram, [instance], 0,
+                   fake_telegram.updates.private_text(text, user))
+        await _all_answered(db_url, done + 1)
+    await _no_chat_held(db_url)
+
+
+async def test_compress_at_a_process_that_answered_the_chat_long_ago_keeps_the_transcript(
+        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
+    """a answers a chat, b answers more of it, then /compress goes to a, whose cached agent
+    misses b's turns: the continuation holds the transcript's own messages, in order
+    (issue 34, point 2)."""
+    fake_openai.responder = summarizing_responder
+    a, b = await asyncio.gather(*(
+        start_instance(tmp_path / name, fake_telegram, fake_openai.base_url, postgres_url,
+                       lease_seconds=LEASE, model={"context_length": 2048},
+                       compression={"protect_last_n": 4})
+        for name in ("a", "b")))
+    user = FIRST_USER + 950
+    said = [f"{_text(0, k)} {'words to make the transcript long enough ' * 8}"
+            for k in range(8)]
+    try:
+        await _turns_at(fake_telegram, postgres_url, a, user, said[:4])
+        await _turns_at(fake_telegram, postgres_url, b, user, said[4:])
+        await _turns_at(fake_telegram, postgres_url, a, user, ["/compress"])
+    finally:
+        await stop_all([a, b])
+    assert "Compressed" in fake_telegram.messages(user)[-1].text, fake_telegram.messages(user)
+    # The last compaction is /compress's (the turns before may have compacted too).
+    [(parent, child)] = await rows(
+        postgres_url, "SELECT parent_session_id, id FROM sessions WHERE chat_key = $1"
+        " AND kind = 'compression' ORDER BY started_at DESC LIMIT 1", f"telegram:{user}")
+    transcript = await _contents(postgres_url, parent)
+    kept = [c for c in await _contents(postgres_url, child) if c in transcript]
+    # Head and tail verbatim: each once, in the transcript's order, ending with its end.
+    assert kept == sorted(set(kept), key=transcript.index), kept
+    assert kept[-2:] == transcript[-2:] and kept[-2] == said[7], kept
+
+
+async def _contents(db_url: str, session_id: str) -> list[str]:
+    found = await rows(db_url, "SELECT content FROM messages WHERE session_id = $1"
+                       " AND role IN ('user', 'assistant') ORDER BY seq", session_id)
+    return [str(r[0]) for r in found]

@@ -42,7 +42,7 @@ class Instance:
 
 async def start_instance(home: Path, fake: FakeTelegram, model_url: str, db_url: str, *,
                          mode: str = "webhook", lease_seconds: float = 3.0,
-                         model: dict[str, Any] | None = None) -> Instance:
+                         model: dict[str, Any] | None = None, **sections: Any) -> Instance:
     await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
     port = free_port()
     telegram: dict[str, Any] = {"enabled": True, "token": fake.token, "base_url": fake.base_url,
@@ -54,7 +54,8 @@ async def start_instance(home: Path, fake: FakeTelegram, model_url: str, db_url:
                           storage={"url": db_url},
                           gateway={"open": True, "coalesce_ms": 0,
                                    "lease_seconds": lease_seconds},
-                          platforms={"console": {"enabled": False}, "telegram": telegram})
+                          platforms={"console": {"enabled": False}, "telegram": telegram},
+                          **sections)
     with (home / "stderr.log").open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
             THREADLINE, "run", "--config", str(config), stdin=asyncio.subprocess.DEVNULL,
