@@ -8,8 +8,10 @@ instant provider and an in-process platform; the chats are split between the pro
 previous reply was delivered. All processes start together; turns/s counts every turn
 over the time from the first start to the last finish. A real PostgreSQL server is
 started for the run (tests/harness/postgres.py: the OS server binaries, fsync off), each
-configuration on a fresh database. Prints turns/s, p50/p99 from hand-off to delivery, and
-the scaling ratio against one PostgreSQL process.
+configuration on a fresh database. Prints turns/s, p50/p99 from hand-off to delivery, the
+scaling ratio against one PostgreSQL process, and the statements PostgreSQL ran per turn
+(`pg_stat_statements`, BEGIN and COMMIT included, background lease work included), with
+`--statements` the ones that ran most.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -83,30 +87,58 @@ def measure(storage: str, processes: int, chats: int, turns: int) -> dict[str, f
 
 
 async def _fresh(server: PostgresServer) -> str:
-    return await server.fresh_database()
+    url = await server.fresh_database()
+    con = await asyncpg.connect(url)
+    try:
+        await con.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        await con.execute("SELECT pg_stat_statements_reset()")
+    finally:
+        await con.close()
+    return url
+
+
+async def _statements(url: str) -> list[tuple[int, str]]:
+    """(calls, query) of everything this database ran since `_fresh`, most first."""
+    con = await asyncpg.connect(url)
+    try:
+        found = await con.fetch(
+            "SELECT calls, query FROM pg_stat_statements WHERE dbid = (SELECT oid FROM"
+            " pg_database WHERE datname = current_database()) ORDER BY calls DESC")
+    finally:
+        await con.close()
+    return [(int(r["calls"]), " ".join(r["query"].split())) for r in found]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chats", type=int, default=300)
     parser.add_argument("--turns", type=int, default=6, help="turns per chat")
+    parser.add_argument("--statements", action="store_true",
+                        help="list the statements that ran most (1 process)")
     args = parser.parse_args()
-    server = PostgresServer(Path(tempfile.mkdtemp(prefix="threadline-bench-pg-")))
+    server = PostgresServer(Path(tempfile.mkdtemp(prefix="threadline-bench-pg-")),
+                            shared_preload_libraries="pg_stat_statements")
     server.start()
     try:
         print(f"{args.chats} chats x {args.turns} turns, instant provider, "
               f"{mp.cpu_count()} CPUs")
         print(f"{'store':>10} {'processes':>9} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} "
-              f"{'p99 ms':>8}")
+              f"{'p99 ms':>8} {'stmts/turn':>10}")
         results = {}
         with tempfile.TemporaryDirectory() as tmp:
             for kind, processes in CONFIGS:
-                storage = (f"path: {Path(tmp) / f'{processes}.db'}" if kind == "sqlite"
-                           else f"url: '{run_in_fresh_loop(_fresh(server))}'")
+                url = None if kind == "sqlite" else run_in_fresh_loop(_fresh(server))
+                storage = (f"path: {Path(tmp) / f'{processes}.db'}" if url is None
+                           else f"url: '{url}'")
                 r = results[kind, processes] = measure(storage, processes, args.chats,
                                                        args.turns)
+                ran = run_in_fresh_loop(_statements(url)) if url else []
+                per_turn = f"{sum(n for n, _ in ran) / r['turns']:.2f}" if url else "-"
                 print(f"{kind:>10} {processes:>9} {r['turns']:>6} {r['turns_per_s']:>9.0f} "
-                      f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+                      f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {per_turn:>10}")
+                if args.statements and url and processes == 1:
+                    for n, query in ran[:30]:
+                        print(f"    {n / r['turns']:6.2f}/turn  {query[:100]}")
         one = results["postgresql", 1]["turns_per_s"]
         print("scaling on PostgreSQL (turns/s against 1 process): " + ", ".join(
             f"{p} processes {results['postgresql', p]['turns_per_s'] / one:.2f}x"

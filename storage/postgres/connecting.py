@@ -28,3 +28,10 @@ def display_url(url: str) -> str:
     if parts.port:
         netloc += f":{parts.port}"
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def as_it_was(con: asyncpg.Connection) -> None:
+    """A connection goes back to the pool without asyncpg's four reset statements (a round
+    trip per use): the store never changes a pooled connection's session (no SET, LISTEN,
+    cursor or session lock; LISTEN has a connection of its own), and asyncpg still rolls
+    back a transaction left open before calling this."""

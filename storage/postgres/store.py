@@ -40,6 +40,7 @@ from storage.postgres.connecting import (
     RETRYABLE,
     SESSION_SETTINGS,
     UNREACHABLE,
+    as_it_was,
     display_url,
 )
 from storage.postgres.coordination import PostgresCoordination
@@ -82,7 +83,8 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             pool = await asyncpg.create_pool(self.url, min_size=self._sizes[0],
                                              max_size=self._sizes[1],
                                              command_timeout=self._timeout,
-                                             server_settings=SESSION_SETTINGS)
+                                             server_settings=SESSION_SETTINGS,
+                                             reset=as_it_was)
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             raise StoreError(f"cannot open the database {self.label}: {exc}") from None
         try:
