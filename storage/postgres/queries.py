@@ -17,7 +17,6 @@ from storage.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     dumps,
-    inbound_links,
     message_values,
     new_session_id,
     session_record,
@@ -252,7 +251,14 @@ async def append(con: Con, session_id: str, messages: Sequence[NewMessage],
         values = (start + pos, *message_values(new, now), search_text(new.message))
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    rows = sorted(await con.fetch(_INSERT, session_id, *columns), key=lambda row: row[1])
+    return stored_rows(session_id, messages, await con.fetch(_INSERT, session_id, *columns),
+                       now)
+
+
+def stored_rows(session_id: str, messages: Sequence[NewMessage], found: Sequence[Any],
+                now: float) -> list[StoredMessage]:
+    """The messages as stored, from the (id, seq) rows their insert returned."""
+    rows = sorted(found, key=lambda row: row[1])
     return [StoredMessage(id=row_id, session_id=session_id, seq=seq, message=dict(m.message),
                           tokens=m.tokens, created_at=now,
                           platform_message_id=m.platform_message_id, answered=m.answered,
@@ -269,17 +275,6 @@ async def set_reply(con: Con, inbound_ids: Sequence[int], reply: StoredMessage |
     if inbound_ids and reply is not None:
         await con.execute("UPDATE inbound SET reply_row_id = $1 WHERE id = ANY($2::bigint[])"
                           " AND status = 'taken'", reply.id, list(inbound_ids))
-
-
-async def take_inbound(con: Con, inbound_ids: Sequence[int],
-                       stored: Sequence[StoredMessage]) -> None:
-    """As the SQLite store's: pending rows become taken, each linked to its message."""
-    found = await con.fetch("SELECT id, message_id, status FROM inbound"
-                            " WHERE id = ANY($1::bigint[]) FOR UPDATE", list(inbound_ids))
-    links = inbound_links(inbound_ids, found, stored)
-    if links:
-        await con.executemany("UPDATE inbound SET status = 'taken', message_row_id = $1,"
-                              " attempts = attempts + 1 WHERE id = $2", links)
 
 
 async def insert_usage(con: Con, session_id: str, usage: Sequence[UsageRecord],

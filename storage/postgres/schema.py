@@ -14,6 +14,7 @@ import logging
 import asyncpg
 
 from storage.errors import StoreError
+from storage.postgres import turns
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +191,9 @@ _V5_FILES = (
     )""",
 )
 
+# A turn's two writes as server functions (storage/postgres/turns.py).
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DELIVERY_FAULTS,
-                                           _V5_FILES)
+                                           _V5_FILES, turns.FUNCTIONS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -33,7 +33,7 @@ from storage.models import (
     UsageRecord,
     UsageTotals,
 )
-from storage.postgres import continuation, schema
+from storage.postgres import continuation, schema, turns
 from storage.postgres import queries as q
 from storage.postgres.connecting import (
     RETRIES,
@@ -143,7 +143,7 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             except UNREACHABLE as exc:
                 raise StoreUnavailable(f"{self.label}: {exc}") from exc
             except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-                raise StoreError(f"{self.label}: {exc}") from exc
+                raise turns.refusal(exc) or StoreError(f"{self.label}: {exc}") from exc
         raise AssertionError("unreachable")
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
@@ -154,10 +154,10 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         await self._run(lambda con: con.execute(sql, *args), transaction=False)
 
     async def _then(self, session_id: str | None, work: Work[T],
-                    update: Callable[[T], None]) -> T:
+                    update: Callable[[T], None], *, transaction: bool = True) -> T:
         """A write, and the live map updated from its result once it committed, also when
         the caller was cancelled meanwhile (as in the SQLite store)."""
-        task = asyncio.ensure_future(self._run(work))
+        task = asyncio.ensure_future(self._run(work, transaction=transaction))
 
         def settled(done: asyncio.Future[T]) -> None:
             if not done.cancelled() and done.exception() is None:
@@ -263,6 +263,10 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
                                 lambda stored: self._live.grew(session_id, len(stored)))
 
     async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
+        if turn.compaction is None:  # nearly every turn: one statement (turns.py)
+            return await self._then(session_id, lambda con: turns.record(
+                con, session_id, turn, time.time()), self._live.put, transaction=False)
+
         async def work(con: q.Con) -> SessionRecord:
             now = time.time()
             if turn.before or turn.after or turn.compaction is not None:
@@ -306,13 +310,9 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         unanswered = [m if m.answered is not None else replace(m, answered=False)
                       for m in messages]
 
-        async def work(con: q.Con) -> list[StoredMessage]:
-            await q.require_open(con, session_id, live=True)
-            stored = await q.append(con, session_id, unanswered, time.time())
-            await q.take_inbound(con, inbound_ids, stored)
-            return stored
-        return await self._then(session_id, work,
-                                lambda stored: self._live.grew(session_id, len(stored)))
+        return await self._then(session_id, lambda con: turns.take(
+            con, session_id, inbound_ids, unanswered, time.time()),
+            lambda stored: self._live.grew(session_id, len(stored)), transaction=False)
 
     async def find_inbound(self, platform: str, chat_id: str,
                            message_id: str) -> InboundRecord | None:

@@ -1,0 +1,214 @@
+"""A turn's two writes, each one statement: server functions instead of round trips.
+
+Taking a message (guard the session, number and insert the messages, link the ledger rows)
+and recording a turn without a compaction (guard, insert, link the reply, its deliveries,
+usage, engine state, the session as it now is) each ran 8 to 11 statements, a round trip
+apiece. The same steps run inside PostgreSQL as `threadline_take` and `threadline_turn`; a
+single statement is atomic by itself, so neither needs BEGIN or COMMIT either
+(docs/scale-out.md, "Round trips"). A refusal is raised with a code of ours and becomes the
+same StoreError the Python steps raised (`refusal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from storage.errors import ContinuationConflict, StoreError
+from storage.models import (
+    NewMessage,
+    OutChunk,
+    SessionRecord,
+    StoredMessage,
+    TurnRecord,
+    UsageRecord,
+)
+from storage.postgres.queries import search_text, stored_rows
+from storage.rows import SESSION_COLUMNS_OF, dumps, message_values, session_record
+
+# require_open's cases, as numbers: 0 records on any session (only ledger, usage or state),
+# 1 appends to one not continued, 2 to the live one, 3 continues it.
+LEDGER, OPEN, LIVE, CONTINUING = range(4)
+_MESSAGE_ARGS = """p_role text[], p_content text[], p_format int[], p_tool_calls text[],
+    p_tool_call_id text[], p_tool_name text[], p_extra text[], p_tokens int[],
+    p_created float8[], p_platform_id text[], p_answered int[], p_sender_id text[],
+    p_sender_name text[], p_search text[]"""
+_MESSAGE_VALUES = """p_role, p_content, p_format, p_tool_calls, p_tool_call_id, p_tool_name,
+    p_extra, p_tokens, p_created, p_platform_id, p_answered, p_sender_id, p_sender_name,
+    p_search"""
+_SESSION_TYPES = """id text, chat_key text, parent_session_id text, kind text, end_reason text,
+    started_at float8, ended_at float8, model text, system_prompt text, title text,
+    compression_count int, engine_state text, last_prompt_tokens int, message_count int,
+    input_tokens bigint, output_tokens bigint"""
+
+FUNCTIONS = (
+    f"""CREATE FUNCTION threadline_append(p_session text, p_mode int, {_MESSAGE_ARGS})
+    RETURNS TABLE (row_id bigint, row_seq int) LANGUAGE plpgsql AS $$
+    #variable_conflict use_column
+    DECLARE v_end text; v_start int;
+    BEGIN
+        SELECT end_reason INTO v_end FROM sessions WHERE id = p_session FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no session ''%''', p_session USING ERRCODE = 'TL404';
+        END IF;
+        IF p_mode > 0 AND (v_end = 'compression' OR (p_mode > 1 AND v_end IS NOT NULL)
+                OR (p_mode = 3 AND EXISTS (SELECT 1 FROM sessions WHERE
+                    parent_session_id = p_session AND kind = 'compression'))) THEN
+            RAISE EXCEPTION 'session % was already continued or has ended (%)', p_session,
+                COALESCE(v_end, 'None') USING ERRCODE = 'TL409';
+        END IF;
+        IF COALESCE(array_length(p_role, 1), 0) = 0 THEN
+            RETURN;
+        END IF;
+        SELECT COALESCE(MAX(seq) + 1, 0) INTO v_start FROM messages WHERE session_id = p_session;
+        RETURN QUERY WITH added AS (
+            INSERT INTO messages (session_id, seq, role, content, content_format, tool_calls,
+                tool_call_id, tool_name, extra, tokens, created_at, platform_message_id,
+                answered, sender_id, sender_name, search_text)
+            SELECT p_session, v_start + u.n - 1, u.role, u.content, u.format, u.tool_calls,
+                u.tool_call_id, u.tool_name, u.extra, u.tokens, u.created, u.platform_id,
+                u.answered, u.sender_id, u.sender_name, u.search
+            FROM unnest({_MESSAGE_VALUES}) WITH ORDINALITY AS u(role, content, format,
+                tool_calls, tool_call_id, tool_name, extra, tokens, created, platform_id,
+                answered, sender_id, sender_name, search, n)
+            RETURNING id, seq)
+        SELECT id, seq FROM added ORDER BY seq;
+    END $$""",
+    # Pending ledger rows become taken, each linked to the message carrying its platform
+    # message id, else to the message at its position (as many messages as rows), else to
+    # the last (storage/rows.py, inbound_links).
+    f"""CREATE FUNCTION threadline_take(p_session text, p_inbound bigint[], {_MESSAGE_ARGS})
+    RETURNS TABLE (row_id bigint, row_seq int) LANGUAGE plpgsql AS $$
+    DECLARE v_ids bigint[]; v_seqs int[]; v_n int; v_rows int; v_row record;
+            v_target bigint;
+    BEGIN
+        SELECT array_agg(a.row_id ORDER BY a.row_seq), array_agg(a.row_seq ORDER BY a.row_seq)
+            INTO v_ids, v_seqs FROM threadline_append(p_session, 2, {_MESSAGE_VALUES}) AS a;
+        v_n := COALESCE(array_length(v_ids, 1), 0);
+        v_rows := COALESCE(array_length(p_inbound, 1), 0);
+        FOR i IN 1 .. v_rows LOOP
+            SELECT id, message_id, status INTO v_row FROM inbound WHERE id = p_inbound[i]
+                FOR UPDATE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'inbound % cannot be taken: it is missing', p_inbound[i]
+                    USING ERRCODE = 'TL400';
+            ELSIF v_row.status <> 'pending' THEN
+                RAISE EXCEPTION 'inbound % cannot be taken: it is %', p_inbound[i],
+                    v_row.status USING ERRCODE = 'TL400';
+            END IF;
+            v_target := NULL;
+            FOR k IN 1 .. v_n LOOP
+                IF p_platform_id[k] = v_row.message_id THEN
+                    v_target := v_ids[k];
+                END IF;
+            END LOOP;
+            IF v_target IS NULL AND v_n > 0 THEN
+                v_target := v_ids[CASE WHEN v_n = v_rows THEN i ELSE v_n END];
+            END IF;
+            UPDATE inbound SET status = 'taken', message_row_id = v_target,
+                attempts = attempts + 1 WHERE id = v_row.id;
+        END LOOP;
+        RETURN QUERY SELECT * FROM unnest(v_ids, v_seqs);
+    END $$""",
+    # A turn with no compaction: its messages, the reply's ledger link and deliveries (the
+    # first chunk marked `sending`, as insert_delivery does), failed rows, usage, state.
+    f"""CREATE FUNCTION threadline_turn(p_session text, p_mode int, p_now float8,
+        {_MESSAGE_ARGS}, p_replied bigint[], p_failed bigint[], p_chunk_text text[],
+        p_chunk_entities text[], p_chunk_edit text[], p_usage_model text[],
+        p_usage_purpose text[], p_usage int[], p_state text, p_last_prompt int)
+    RETURNS TABLE ({_SESSION_TYPES}) LANGUAGE plpgsql AS $$
+    #variable_conflict use_column
+    DECLARE v_reply bigint; v_first bigint;
+    BEGIN
+        SELECT a.row_id INTO v_reply FROM threadline_append(p_session, p_mode,
+            {_MESSAGE_VALUES}) AS a ORDER BY a.row_seq DESC LIMIT 1;
+        IF COALESCE(array_length(p_replied, 1), 0) > 0 AND v_reply IS NOT NULL THEN
+            UPDATE inbound SET reply_row_id = v_reply WHERE inbound.id = ANY(p_replied)
+                AND inbound.status = 'taken';
+            v_first := p_replied[array_length(p_replied, 1)];
+            INSERT INTO deliveries (inbound_id, chunk, reply_row_id, text, entities,
+                    platform_message_id, sending)
+                SELECT v_first, c.n - 1, v_reply, c.body, c.entities, c.edit_of,
+                       (c.n = 1 AND c.edit_of IS NULL)::int
+                FROM unnest(p_chunk_text, p_chunk_entities, p_chunk_edit) WITH ORDINALITY
+                    AS c(body, entities, edit_of, n)
+                ON CONFLICT DO NOTHING;
+        END IF;
+        IF COALESCE(array_length(p_failed, 1), 0) > 0 THEN
+            UPDATE inbound SET status = 'failed' WHERE inbound.id = ANY(p_failed)
+                AND inbound.status IN ('pending', 'taken');
+        END IF;
+        INSERT INTO usage (session_id, model, purpose, input, output, cache_read, cache_write,
+                reasoning, at)
+            SELECT p_session, u.model, u.purpose, p_usage[u.n * 5 - 4], p_usage[u.n * 5 - 3],
+                   p_usage[u.n * 5 - 2], p_usage[u.n * 5 - 1], p_usage[u.n * 5], p_now
+            FROM unnest(p_usage_model, p_usage_purpose) WITH ORDINALITY AS u(model, purpose, n);
+        UPDATE sessions SET engine_state = COALESCE(p_state, sessions.engine_state),
+            last_prompt_tokens = COALESCE(p_last_prompt, sessions.last_prompt_tokens)
+            WHERE sessions.id = p_session;
+        RETURN QUERY SELECT {SESSION_COLUMNS_OF.format(s="s")} FROM sessions AS s
+            WHERE s.id = p_session;
+    END $$""",
+)
+
+
+def _params(count: int, first: int = 1) -> str:
+    return ", ".join(f"${n}" for n in range(first, first + count))
+
+
+TAKE = f"SELECT row_id, row_seq FROM threadline_take({_params(16)})"
+TURN = f"SELECT * FROM threadline_turn({_params(27)})"
+
+
+async def take(con: asyncpg.Connection, session_id: str, inbound_ids: Sequence[int],
+               messages: Sequence[NewMessage], now: float) -> list[StoredMessage]:
+    """As the store's take_inbound, in one statement."""
+    found = await con.fetch(TAKE, session_id, list(inbound_ids),
+                            *message_arrays(messages, now))
+    return stored_rows(session_id, messages, found, now)
+
+
+async def record(con: asyncpg.Connection, session_id: str, turn: TurnRecord,
+                 now: float) -> SessionRecord:
+    """As the store's record_turn for a turn without a compaction, in one statement."""
+    mode = OPEN if turn.before or turn.after else LEDGER
+    replied = list(turn.replied)
+    [row] = await con.fetch(
+        TURN, session_id, mode, now, *message_arrays([*turn.before, *turn.after], now),
+        replied, list(turn.failed), *chunk_arrays(turn.delivery if replied else ()),
+        *usage_arrays(turn.usage), None if turn.engine_state is None
+        else dumps(turn.engine_state), turn.last_prompt_tokens)
+    return session_record(row)
+
+
+def message_arrays(messages: Sequence[NewMessage], now: float) -> list[list[Any]]:
+    """The messages as the functions' fourteen column arrays."""
+    columns: list[list[Any]] = [[] for _ in range(14)]
+    for new in messages:
+        for column, value in zip(columns, (*message_values(new, now),
+                                           search_text(new.message)), strict=True):
+            column.append(value)
+    return columns
+
+
+def chunk_arrays(chunks: Sequence[OutChunk]) -> list[list[Any]]:
+    return [[c.text for c in chunks], [dumps(list(c.entities)) for c in chunks],
+            [c.edit_of for c in chunks]]
+
+
+def usage_arrays(usage: Sequence[UsageRecord]) -> list[list[Any]]:
+    counts = [n for u in usage for n in (u.input_tokens, u.output_tokens, u.cache_read_tokens,
+                                         u.cache_write_tokens, u.reasoning_tokens)]
+    return [[u.model for u in usage], [u.purpose for u in usage], counts]
+
+
+def refusal(exc: asyncpg.PostgresError) -> StoreError | None:
+    """The StoreError a function's refusal stands for; None for any other error."""
+    code, message = getattr(exc, "sqlstate", None), getattr(exc, "message", str(exc))
+    if code == "TL409":
+        return ContinuationConflict(message)
+    if code in ("TL404", "TL400"):
+        return StoreError(message)
+    return None
