@@ -111,6 +111,7 @@ class Gateway(Intake, Recovering):
         """With several processes, the worker and previews ask whether the chat may be
         another's by now."""
         if self.cluster is not None:
+            self.store.fence(self.cluster.holder)
             self.worker.may_act = live.may_act = self.cluster.may_act
             self.worker.forfeit = self.cluster.forfeit
 

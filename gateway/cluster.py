@@ -119,7 +119,8 @@ class Cluster:
     async def enqueue(self, chat_key: str, job: Job) -> None:
         """A job for a chat: run it here when this process holds (or can take) the chat."""
         if chat_key in self.held:
-            if job_ids(job) and not set(job_ids(job)) & self._adopting:
+            if job_ids(job) and not set(job_ids(job)) & self._adopting \
+                    and not self._knows_all_before(chat_key, job):
                 # A message stored elsewhere a moment ago may come first, its notice not
                 # yet here: route the chat's open rows in the platform's order, this one
                 # among them.
@@ -133,6 +134,12 @@ class Cluster:
             await self.adopt_open(chat_key)  # this job's row is among them, in its place
             return
         await self.coordination.notify(chat_key)  # the holder adopts it
+
+    def _knows_all_before(self, chat_key: str, job: Job) -> bool:
+        """Every row the chat had open when this job's was stored is routed here already
+        (the store said which, as it stored it): nothing to read before handing it over."""
+        before = getattr(getattr(job, "record", None), "open_before", None)
+        return before is not None and set(before) <= self._routed.get(chat_key, set())
 
     def _hand_over(self, chat_key: str, job: Job) -> None:
         routed = self._routed.setdefault(chat_key, set())

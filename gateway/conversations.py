@@ -15,8 +15,7 @@ from agent.attachments.parts import build_content
 from agent.context_engine import ContextEngine, EngineFactory
 from agent.providers.base import Provider
 from agent.tokens import CHARS_PER_TOKEN, estimate_text, over_share
-from agent.tools.budget import RETENTION_S as OUTPUTS_RETENTION_S
-from agent.tools.budget import OutputBudget, chat_directory
+from agent.tools.budget import RETENTION_S, OutputBudget, chat_directory
 from agent.tools.builtin import Found, history_search
 from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
 from agent.turns import (
@@ -42,16 +41,10 @@ from gateway.turn_records import (
 )
 from platforms.base import ChatRef, Chunk
 from storage.base import SessionStore
-from storage.errors import ContinuationConflict
-from storage.models import (
-    InboundRecord,
-    OutChunk,
-    SessionRecord,
-    TurnRecord,
-)
+from storage.errors import ContinuationConflict, InboundChanged
+from storage.models import InboundRecord, OutChunk, SessionRecord, TurnRecord
 
 log = logging.getLogger(__name__)
-
 
 MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
 NO_TEXT = "(the model returned no text)"
@@ -73,7 +66,7 @@ class Conversations:
         self.files = files  # attachments, a directory per chat
         self.plugin_tools = plugin_tools()  # loaded once; each chat's registry holds them
         self.tool_dir = tool_dir  # saved tool outputs, a directory per chat
-        self.tool_shelf = store.shelf("tool_outputs", OUTPUTS_RETENTION_S)  # shared
+        self.tool_shelf = store.shelf("tool_outputs", RETENTION_S)  # shared
         self.metrics = metrics or Metrics()
         self.prices: Mapping[str, Price] = dict(prices or {})  # by model, for /usage
         self.provider = provider
@@ -261,11 +254,19 @@ class Conversations:
 
     async def _take(self, chat_key: str, records: list[InboundRecord],
                     parts: Mapping[int, list[dict[str, Any]]]) -> tuple[SessionRecord, Agent]:
-        """Move pending inbound messages into the live session (and the agent's transcript)."""
-        if any(r.status == "pending" for r in records):
+        """Move pending inbound messages into the live session (and the agent's transcript).
+        Taken as read; a row edited or deleted by its author while it waited is read again."""
+        try:
+            return await self._take_as_read(chat_key, records, parts, checked=True)
+        except InboundChanged:
             records = await self.store.inbound([r.id for r in records])  # edits applied
             if not any(r.status in ("pending", "taken") for r in records):
-                raise NothingLeft  # deleted by their authors while they waited
+                raise NothingLeft from None  # deleted by their authors while they waited
+            return await self._take_as_read(chat_key, records, parts, checked=False)
+
+    async def _take_as_read(self, chat_key: str, records: list[InboundRecord],
+                            parts: Mapping[int, list[dict[str, Any]]], *,
+                            checked: bool) -> tuple[SessionRecord, Agent]:
         pending = [r for r in records if r.status == "pending"]
         messages = [new_message({"role": "user",
                                  "content": build_content(r.text, parts.get(r.id, ()))},
@@ -275,14 +276,14 @@ class Conversations:
         session, agent = await self.agent_for(chat_key)
         if not pending:
             return session, agent
-        ids = [r.id for r in pending]
+        ids, texts = [r.id for r in pending], [r.text for r in pending] if checked else None
         try:
-            await self.store.take_inbound(ids, session.id, messages)
+            await self.store.take_inbound(ids, session.id, messages, texts)
         except ContinuationConflict:
             # Another process (`threadline compress`) continued this session: use the tip.
             self.forget(chat_key)
             session, agent = await self.agent_for(chat_key)
-            await self.store.take_inbound(ids, session.id, messages)
+            await self.store.take_inbound(ids, session.id, messages, texts)
         agent.append([m.message for m in messages])
         return session, agent
 

@@ -94,11 +94,13 @@ class Outages:
         (docs/scale-out.md, "A paused process")."""
         if self.may_act(chat_key):
             return True
-        log.warning("chat %s: the lease may have lapsed %s; the turn is dropped and the "
-                    "chat given up", chat_key, when)
+        self._give_up(chat_key, f"the lease may have lapsed {when}")
+        return False
+
+    def _give_up(self, chat_key: str, why: str) -> None:
+        log.warning("chat %s: %s; the turn is dropped and the chat given up", chat_key, why)
         self.conversations.forget(chat_key)
         self.forfeit(chat_key)
-        return False
 
     def _unreachable(self, chat: ChatRef, records: list[InboundRecord]) -> NoReturn:
         """The store failed mid-turn: nothing is said, the messages stay open."""

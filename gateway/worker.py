@@ -36,7 +36,7 @@ from gateway.streaming import LiveReply, Streaming, mark_stopped
 from gateway.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
-from storage.errors import StoreUnavailable
+from storage.errors import LeaseLost, StoreUnavailable
 from storage.models import Delivery, InboundRecord
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,8 @@ class ChatWorker(Outages):
                 running, self.conversations.prepare(chat, records, live, parts))
         except NothingLeft:  # every message of the batch was deleted while it waited
             prepared, failure = None, "deleted"
+        except LeaseLost:  # another process took the chat: it answers
+            prepared, failure = None, "lost"
         except StoreUnavailable as exc:
             prepared, failure = None, "unreachable"
             log.warning("chat %s: the database is out of reach (%s)", chat_key, exc)
@@ -178,6 +180,8 @@ class ChatWorker(Outages):
             typing.cancel()
             if live is not None:
                 await asyncio.shield(live.close())
+        if failure == "lost":
+            return self._give_up(chat_key, "another process holds it now")
         if failure == "deleted":
             log.info("chat %s: nothing left to answer (deleted before its turn)", chat_key)
             return
@@ -204,6 +208,8 @@ class ChatWorker(Outages):
             log.warning("chat %s: storing the turn failed: the database is out of reach (%s)",
                         chat.key, exc)
             return self._unreachable(chat, records)
+        except LeaseLost:
+            return self._give_up(chat.key, "another process holds it now (nothing stored)")
         except Exception:
             log.exception("storing the turn failed in %s", chat.key)
             self.metrics.turns.labels("failed").inc()

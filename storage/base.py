@@ -115,8 +115,12 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def take_inbound(self, inbound_ids: list[int], session_id: str,
-                           messages: list[NewMessage]) -> list[StoredMessage]:
-        """Append the inbound messages to the session and mark them taken, atomically."""
+                           messages: list[NewMessage],
+                           texts: Sequence[str] | None = None) -> list[StoredMessage]:
+        """Append the inbound messages to the session and mark them taken, atomically.
+        `texts`: the rows' texts as the caller read them; when one was edited or a row is
+        no longer pending, InboundChanged and nothing is written (saves reading them
+        again before every take)."""
 
     @abstractmethod
     async def find_inbound(self, platform: str, chat_id: str,
@@ -188,6 +192,12 @@ class SessionStore(ABC):
     def forget_chat(self, chat_key: str) -> None:
         """Drop what this process remembers of the chat's live session (another process
         may have answered it meanwhile): the next lookup reads the store."""
+
+    def fence(self, holder: str) -> None:
+        """Several processes share this store and this one is `holder`: its writes for a
+        chat are refused (LeaseLost) once the chat's lease is another's. Nothing to do
+        where one process owns the store."""
+        return None
 
     def shelf(self, namespace: str, retention_s: float) -> Any:
         """Where files every process must read are kept besides this process's directory

@@ -12,5 +12,15 @@ class StoreUnavailable(StoreError):
     was done, and the same call may work once it is back."""
 
 
+class InboundChanged(StoreError):
+    """A ledger row was edited or finished since the caller read it: nothing was taken;
+    read the rows again."""
+
+
+class LeaseLost(StoreError):
+    """Another process holds the chat now (this one's lease lapsed and was taken): the
+    write was refused whole; the turn is dropped unsaid (docs/scale-out.md, "Fencing")."""
+
+
 class ContinuationConflict(StoreError):
     """The parent session was already continued (or is no longer live): no fork is made."""

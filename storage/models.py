@@ -101,6 +101,10 @@ class InboundRecord:
     # it taken (its turn was cut short). A message that keeps killing the process is
     # skipped after its second attempt (docs/architecture.md, "Poison messages").
     attempts: int = 0
+    # Set by `ingest` where several processes share the ledger: the chat's rows that were
+    # open when this one was stored (the holder routes them first, in the platform's
+    # order, without reading them again). None: not known.
+    open_before: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

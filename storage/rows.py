@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from storage.errors import StoreError
+from storage.errors import InboundChanged, StoreError
 from storage.models import (
     ChatSummary,
     Compaction,
@@ -150,16 +150,21 @@ def delivery(row: Sequence[Any]) -> Delivery:
 
 
 def inbound_links(inbound_ids: Sequence[int], found: Sequence[Sequence[Any]],
-                  stored: Sequence[StoredMessage]) -> list[tuple[int | None, int]]:
+                  stored: Sequence[StoredMessage],
+                  texts: Sequence[str] | None = None) -> list[tuple[int | None, int]]:
     """(message row id, inbound id) for taking pending rows: each links to the message
     carrying its platform message id, else to the message at its position (as many
-    messages as rows), else to the last one. `found` rows are (id, message_id, status);
-    StoreError when one is missing or not pending."""
+    messages as rows), else to the last one. `found` rows are (id, message_id, status,
+    text); StoreError when one is missing or not pending, InboundChanged instead when the
+    caller said which `texts` it read (and when one of those changed)."""
     by_id = {row[0]: row for row in found}
     by_platform_id = {m.platform_message_id: m for m in stored if m.platform_message_id}
     links: list[tuple[int | None, int]] = []
     for position, inbound_id in enumerate(inbound_ids):
         row = by_id.get(inbound_id)
+        if texts is not None and (row is None or row[2] != "pending"
+                                  or row[3] != texts[position]):
+            raise InboundChanged(f"inbound {inbound_id} changed since it was read")
         if row is None or row[2] != "pending":
             state = "missing" if row is None else row[2]
             raise StoreError(f"inbound {inbound_id} cannot be taken: it is {state}")

@@ -18,7 +18,6 @@ from storage.rows import (
     SESSION_COLUMNS,
     dumps,
     message_values,
-    new_session_id,
     session_record,
 )
 
@@ -82,7 +81,8 @@ SEARCH = (
     " ORDER BY ts_rank(m.search_vector, query) DESC, m.id LIMIT $3")
 INGEST = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, sender_id,"
           " sender_name, received_at, extra) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-          " ON CONFLICT DO NOTHING RETURNING id")
+          " ON CONFLICT DO NOTHING RETURNING id, ARRAY(SELECT o.id FROM inbound AS o"
+          " WHERE o.chat_key = $4 AND o.status IN ('pending', 'taken'))")
 _OPEN = "status IN ('pending', 'taken')"
 _ONE_INBOUND = "WHERE platform = $1 AND chat_id = $2 AND message_id = $3"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
@@ -162,26 +162,6 @@ async def live_session(con: Con, chat_key: str) -> SessionRecord | None:
     row = await con.fetchrow(LIVE_SESSION, chat_key, MAX_CHAIN_DEPTH)
     record = session_record(row) if row else None
     return record if record is not None and record.live else None
-
-
-async def lock_chat(con: Con, chat_key: str) -> None:
-    """Serialize, until the transaction ends, everyone opening a session for this chat."""
-    await con.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", chat_key)
-
-
-async def new_root(con: Con, chat_key: str, model: str | None, system_prompt: str | None,
-                   system_message: NewMessage | None, now: float) -> SessionRecord:
-    session_id = new_session_id(now)
-    await con.execute(
-        "INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)"
-        " VALUES ($1, $2, 'root', $3, $4, $5)", session_id, chat_key, now, model, system_prompt)
-    if system_message is not None:
-        await append(con, session_id, [system_message], now)
-    await con.execute(
-        "INSERT INTO chats (chat_key, session_id, updated_at) VALUES ($1, $2, $3)"
-        " ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,"
-        " updated_at = excluded.updated_at", chat_key, session_id, now)
-    return await require_session(con, session_id)
 
 
 async def end_reason_of(con: Con, session_id: str, *, lock: bool = False) -> str | None:

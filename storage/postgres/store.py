@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -62,6 +62,7 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         self._timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
         self._live = LiveSessions(max_live_chats)
+        self.holder: str | None = None  # with a cluster: writes need its chat lease
         self.coordination: PostgresCoordination = PostgresCoordination(self)
         # Writes whose caller was cancelled while they ran: they still commit, and every
         # later call waits for them, so the caller's next read sees what it wrote.
@@ -108,6 +109,9 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
 
     async def end_run(self) -> None:
         return None
+
+    def fence(self, holder: str) -> None:
+        self.holder = holder
 
     def shelf(self, namespace: str, retention_s: float) -> PostgresShelf:
         return PostgresShelf(self, namespace, retention_s)
@@ -186,11 +190,9 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
     async def create_root_session(self, chat_key: str, *, model: str | None,
                                   system_prompt: str | None,
                                   system_message: NewMessage | None = None) -> SessionRecord:
-        async def work(con: q.Con) -> SessionRecord:
-            await q.lock_chat(con, chat_key)
-            return await q.new_root(con, chat_key, model, system_prompt, system_message,
-                                    time.time())
-        return await self._then(None, work, self._live.put)
+        return await self._then(None, lambda con: turns.open_chat(
+            con, chat_key, create=True, model=model, system_prompt=system_prompt,
+            system_message=system_message, now=time.time()), self._live.put, transaction=False)
 
     def forget_chat(self, chat_key: str) -> None:
         self._live.forget_chat(chat_key)
@@ -202,14 +204,9 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         if known is not None:
             return known
 
-        async def work(con: q.Con) -> SessionRecord:
-            await q.lock_chat(con, chat_key)  # two processes opening one new chat share a root
-            live = await q.live_session(con, chat_key)
-            if live is not None:
-                return live
-            return await q.new_root(con, chat_key, model, system_prompt, system_message,
-                                    time.time())
-        return await self._then(None, work, self._live.put)
+        return await self._then(None, lambda con: turns.open_chat(
+            con, chat_key, create=False, model=model, system_prompt=system_prompt,
+            system_message=system_message, now=time.time()), self._live.put, transaction=False)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return await self._run(lambda con: q.load_session(con, session_id))
@@ -265,10 +262,12 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
     async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
         if turn.compaction is None:  # nearly every turn: one statement (turns.py)
             return await self._then(session_id, lambda con: turns.record(
-                con, session_id, turn, time.time()), self._live.put, transaction=False)
+                con, session_id, self.holder, turn, time.time()), self._live.put,
+                transaction=False)
 
         async def work(con: q.Con) -> SessionRecord:
             now = time.time()
+            await turns.require_lease(con, session_id, self.holder)
             if turn.before or turn.after or turn.compaction is not None:
                 await q.require_open(con, session_id, continuing=turn.compaction is not None)
             else:  # only the ledger, usage or engine state: fine on an ended session too
@@ -303,15 +302,16 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
                                sender_name, time.time(), "pending", None, dict(extra or {}))
         found = await self.fetch(q.INGEST, *rows.inbound_values(record))
-        return replace(record, id=found[0][0]) if found else None
+        return replace(record, id=found[0][0], open_before=tuple(found[0][1])) if found else None
 
     async def take_inbound(self, inbound_ids: list[int], session_id: str,
-                           messages: list[NewMessage]) -> list[StoredMessage]:
+                           messages: list[NewMessage],
+                           texts: Sequence[str] | None = None) -> list[StoredMessage]:
         unanswered = [m if m.answered is not None else replace(m, answered=False)
                       for m in messages]
 
         return await self._then(session_id, lambda con: turns.take(
-            con, session_id, inbound_ids, unanswered, time.time()),
+            con, session_id, self.holder, inbound_ids, unanswered, time.time(), texts),
             lambda stored: self._live.grew(session_id, len(stored)), transaction=False)
 
     async def find_inbound(self, platform: str, chat_id: str,

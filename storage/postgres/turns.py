@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from storage.errors import ContinuationConflict, StoreError
+from storage.errors import ContinuationConflict, InboundChanged, LeaseLost, StoreError
 from storage.models import (
     NewMessage,
     OutChunk,
@@ -25,8 +25,26 @@ from storage.models import (
     TurnRecord,
     UsageRecord,
 )
-from storage.postgres.queries import search_text, stored_rows
-from storage.rows import SESSION_COLUMNS_OF, dumps, message_values, session_record
+from storage.postgres.queries import LIVE_SESSION, search_text, stored_rows
+from storage.rows import (
+    MAX_CHAIN_DEPTH,
+    SESSION_COLUMNS_OF,
+    dumps,
+    message_values,
+    new_session_id,
+    session_record,
+)
+
+CHECK_LEASE = ("SELECT 1 FROM leases AS l JOIN sessions AS s ON l.name = 'chat:' || s.chat_key"
+               " WHERE s.id = $1 AND l.holder = $2")
+
+
+async def require_lease(con: asyncpg.Connection, session_id: str, holder: str | None) -> None:
+    """The fence of the writes that are still several statements (a compaction): as
+    threadline_append's."""
+    if holder is not None and not await con.fetch(CHECK_LEASE, session_id, holder):
+        raise LeaseLost(f"the chat of session {session_id} is no longer held by {holder}")
+
 
 # require_open's cases, as numbers: 0 records on any session (only ledger, usage or state),
 # 1 appends to one not continued, 2 to the live one, 3 continues it.
@@ -44,14 +62,21 @@ _SESSION_TYPES = """id text, chat_key text, parent_session_id text, kind text, e
     input_tokens bigint, output_tokens bigint"""
 
 FUNCTIONS = (
-    f"""CREATE FUNCTION threadline_append(p_session text, p_mode int, {_MESSAGE_ARGS})
+    f"""CREATE FUNCTION threadline_append(p_session text, p_mode int, p_holder text,
+        {_MESSAGE_ARGS})
     RETURNS TABLE (row_id bigint, row_seq int) LANGUAGE plpgsql AS $$
     #variable_conflict use_column
-    DECLARE v_end text; v_start int;
+    DECLARE v_end text; v_chat text; v_start int;
     BEGIN
-        SELECT end_reason INTO v_end FROM sessions WHERE id = p_session FOR UPDATE;
+        SELECT end_reason, chat_key INTO v_end, v_chat FROM sessions WHERE id = p_session
+            FOR UPDATE;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'no session ''%''', p_session USING ERRCODE = 'TL404';
+        END IF;
+        IF p_holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM leases
+                WHERE name = 'chat:' || v_chat AND holder = p_holder) THEN
+            RAISE EXCEPTION 'chat % is no longer held by %', v_chat, p_holder
+                USING ERRCODE = 'TL410';
         END IF;
         IF p_mode > 0 AND (v_end = 'compression' OR (p_mode > 1 AND v_end IS NOT NULL)
                 OR (p_mode = 3 AND EXISTS (SELECT 1 FROM sessions WHERE
@@ -79,19 +104,25 @@ FUNCTIONS = (
     # Pending ledger rows become taken, each linked to the message carrying its platform
     # message id, else to the message at its position (as many messages as rows), else to
     # the last (storage/rows.py, inbound_links).
-    f"""CREATE FUNCTION threadline_take(p_session text, p_inbound bigint[], {_MESSAGE_ARGS})
+    f"""CREATE FUNCTION threadline_take(p_session text, p_holder text, p_inbound bigint[],
+        p_texts text[], {_MESSAGE_ARGS})
     RETURNS TABLE (row_id bigint, row_seq int) LANGUAGE plpgsql AS $$
     DECLARE v_ids bigint[]; v_seqs int[]; v_n int; v_rows int; v_row record;
             v_target bigint;
     BEGIN
         SELECT array_agg(a.row_id ORDER BY a.row_seq), array_agg(a.row_seq ORDER BY a.row_seq)
-            INTO v_ids, v_seqs FROM threadline_append(p_session, 2, {_MESSAGE_VALUES}) AS a;
+            INTO v_ids, v_seqs FROM threadline_append(p_session, 2, p_holder,
+                {_MESSAGE_VALUES}) AS a;
         v_n := COALESCE(array_length(v_ids, 1), 0);
         v_rows := COALESCE(array_length(p_inbound, 1), 0);
         FOR i IN 1 .. v_rows LOOP
-            SELECT id, message_id, status INTO v_row FROM inbound WHERE id = p_inbound[i]
-                FOR UPDATE;
-            IF NOT FOUND THEN
+            SELECT id, message_id, status, text INTO v_row FROM inbound
+                WHERE id = p_inbound[i] FOR UPDATE;
+            IF p_texts IS NOT NULL AND (NOT FOUND OR v_row.status <> 'pending'
+                    OR v_row.text IS DISTINCT FROM p_texts[i]) THEN
+                RAISE EXCEPTION 'inbound % changed since it was read', p_inbound[i]
+                    USING ERRCODE = 'TL412';
+            ELSIF NOT FOUND THEN
                 RAISE EXCEPTION 'inbound % cannot be taken: it is missing', p_inbound[i]
                     USING ERRCODE = 'TL400';
             ELSIF v_row.status <> 'pending' THEN
@@ -114,7 +145,8 @@ FUNCTIONS = (
     END $$""",
     # A turn with no compaction: its messages, the reply's ledger link and deliveries (the
     # first chunk marked `sending`, as insert_delivery does), failed rows, usage, state.
-    f"""CREATE FUNCTION threadline_turn(p_session text, p_mode int, p_now float8,
+    f"""CREATE FUNCTION threadline_turn(p_session text, p_mode int, p_holder text,
+        p_now float8,
         {_MESSAGE_ARGS}, p_replied bigint[], p_failed bigint[], p_chunk_text text[],
         p_chunk_entities text[], p_chunk_edit text[], p_usage_model text[],
         p_usage_purpose text[], p_usage int[], p_state text, p_last_prompt int)
@@ -122,7 +154,7 @@ FUNCTIONS = (
     #variable_conflict use_column
     DECLARE v_reply bigint; v_first bigint;
     BEGIN
-        SELECT a.row_id INTO v_reply FROM threadline_append(p_session, p_mode,
+        SELECT a.row_id INTO v_reply FROM threadline_append(p_session, p_mode, p_holder,
             {_MESSAGE_VALUES}) AS a ORDER BY a.row_seq DESC LIMIT 1;
         IF COALESCE(array_length(p_replied, 1), 0) > 0 AND v_reply IS NOT NULL THEN
             UPDATE inbound SET reply_row_id = v_reply WHERE inbound.id = ANY(p_replied)
@@ -151,6 +183,30 @@ FUNCTIONS = (
         RETURN QUERY SELECT {SESSION_COLUMNS_OF.format(s="s")} FROM sessions AS s
             WHERE s.id = p_session;
     END $$""",
+    # The chat's live session, or (`p_create`: in any case) a new root with its system
+    # message; the chat's lock makes two processes opening one new chat share a root.
+    # $1 and $2 are the chat and the chain depth LIVE_SESSION reads.
+    f"""CREATE FUNCTION threadline_open(p_chat text, p_depth int, p_create boolean,
+        p_session text, p_now float8, p_model text, p_prompt text, {_MESSAGE_ARGS})
+    RETURNS TABLE ({_SESSION_TYPES}) LANGUAGE plpgsql AS $$
+    #variable_conflict use_column
+    BEGIN
+        PERFORM pg_advisory_xact_lock(hashtextextended(p_chat, 0));
+        IF NOT p_create THEN
+            RETURN QUERY {LIVE_SESSION};
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        END IF;
+        INSERT INTO sessions (id, chat_key, kind, started_at, model, system_prompt)
+            VALUES (p_session, p_chat, 'root', p_now, p_model, p_prompt);
+        PERFORM threadline_append(p_session, 0, NULL, {_MESSAGE_VALUES});
+        INSERT INTO chats (chat_key, session_id, updated_at) VALUES (p_chat, p_session, p_now)
+            ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,
+            updated_at = excluded.updated_at;
+        RETURN QUERY SELECT {SESSION_COLUMNS_OF.format(s="s")} FROM sessions AS s
+            WHERE s.id = p_session;
+    END $$""",
 )
 
 
@@ -158,25 +214,38 @@ def _params(count: int, first: int = 1) -> str:
     return ", ".join(f"${n}" for n in range(first, first + count))
 
 
-TAKE = f"SELECT row_id, row_seq FROM threadline_take({_params(16)})"
-TURN = f"SELECT * FROM threadline_turn({_params(27)})"
+TAKE = f"SELECT row_id, row_seq FROM threadline_take({_params(18)})"
+TURN = f"SELECT * FROM threadline_turn({_params(28)})"
+OPEN_CHAT = f"SELECT * FROM threadline_open({_params(21)})"
 
 
-async def take(con: asyncpg.Connection, session_id: str, inbound_ids: Sequence[int],
-               messages: Sequence[NewMessage], now: float) -> list[StoredMessage]:
+async def open_chat(con: asyncpg.Connection, chat_key: str, *, create: bool, model: str | None,
+                    system_prompt: str | None, system_message: NewMessage | None,
+                    now: float) -> SessionRecord:
+    """As the store's open_session (`create`: create_root_session), in one statement."""
+    [row] = await con.fetch(OPEN_CHAT, chat_key, MAX_CHAIN_DEPTH, create, new_session_id(now), now,
+                            model, system_prompt,
+                            *message_arrays([system_message] if system_message else [], now))
+    return session_record(row)
+
+
+async def take(con: asyncpg.Connection, session_id: str, holder: str | None,
+               inbound_ids: Sequence[int], messages: Sequence[NewMessage], now: float,
+               texts: Sequence[str] | None) -> list[StoredMessage]:
     """As the store's take_inbound, in one statement."""
-    found = await con.fetch(TAKE, session_id, list(inbound_ids),
+    found = await con.fetch(TAKE, session_id, holder, list(inbound_ids),
+                            None if texts is None else list(texts),
                             *message_arrays(messages, now))
     return stored_rows(session_id, messages, found, now)
 
 
-async def record(con: asyncpg.Connection, session_id: str, turn: TurnRecord,
-                 now: float) -> SessionRecord:
+async def record(con: asyncpg.Connection, session_id: str, holder: str | None,
+                 turn: TurnRecord, now: float) -> SessionRecord:
     """As the store's record_turn for a turn without a compaction, in one statement."""
     mode = OPEN if turn.before or turn.after else LEDGER
     replied = list(turn.replied)
     [row] = await con.fetch(
-        TURN, session_id, mode, now, *message_arrays([*turn.before, *turn.after], now),
+        TURN, session_id, mode, holder, now, *message_arrays([*turn.before, *turn.after], now),
         replied, list(turn.failed), *chunk_arrays(turn.delivery if replied else ()),
         *usage_arrays(turn.usage), None if turn.engine_state is None
         else dumps(turn.engine_state), turn.last_prompt_tokens)
@@ -209,6 +278,10 @@ def refusal(exc: asyncpg.PostgresError) -> StoreError | None:
     code, message = getattr(exc, "sqlstate", None), getattr(exc, "message", str(exc))
     if code == "TL409":
         return ContinuationConflict(message)
+    if code == "TL412":
+        return InboundChanged(message)
+    if code == "TL410":
+        return LeaseLost(message)
     if code in ("TL404", "TL400"):
         return StoreError(message)
     return None

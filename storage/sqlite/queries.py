@@ -212,13 +212,13 @@ def set_reply(db: sqlite3.Connection, inbound_ids: Sequence[int],
 
 
 def take_inbound(db: sqlite3.Connection, inbound_ids: Sequence[int],
-                       stored: Sequence[StoredMessage]) -> None:
+                 stored: Sequence[StoredMessage], texts: Sequence[str] | None = None) -> None:
     """Mark pending rows taken, each linked to the message carrying its platform message id,
     else to the message at its position (as many messages as rows), else to the last one."""
     found = db.execute(
-        f"SELECT id, message_id, status FROM inbound WHERE id {IN_IDS}",
+        f"SELECT id, message_id, status, text FROM inbound WHERE id {IN_IDS}",
         (json.dumps(list(inbound_ids)),)).fetchall()
-    links = inbound_links(inbound_ids, found, stored)
+    links = inbound_links(inbound_ids, found, stored, texts)
     if links:
         db.executemany("UPDATE inbound SET status = 'taken', message_row_id = ?,"
                        " attempts = attempts + 1 WHERE id = ?", links)

@@ -13,7 +13,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -281,7 +281,8 @@ class SqliteSessionStore(DeliveryRows, SessionStore):
         return replace(record, id=row[0]) if row else None
 
     async def take_inbound(self, inbound_ids: list[int], session_id: str,
-                           messages: list[NewMessage]) -> list[StoredMessage]:
+                           messages: list[NewMessage],
+                           texts: Sequence[str] | None = None) -> list[StoredMessage]:
         """Append (answered=False) and mark the pending rows taken, atomically.
 
         Each row links to the message carrying its platform message id, else to the message
@@ -293,7 +294,7 @@ class SqliteSessionStore(DeliveryRows, SessionStore):
         def work(db: Db) -> list[StoredMessage]:
             q.require_open(db, session_id, live=True)  # new messages never go to an ended one
             stored = q.append(db, session_id, unanswered, time.time())
-            q.take_inbound(db, inbound_ids, stored)
+            q.take_inbound(db, inbound_ids, stored, texts)
             return stored
         return await self._then(session_id, work,
                                 lambda stored: self._live.grew(session_id, len(stored)))

@@ -132,7 +132,13 @@ async def _all_answered(db_url: str, total: int, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while (done := await answered(db_url)) < total:
-        assert loop.time() < deadline, f"{done} of {total} answered after {timeout:.0f} s"
+        if loop.time() > deadline:
+            left = await rows(db_url, "SELECT id, chat_key, message_id, status, attempts"
+                              " FROM inbound WHERE status <> 'answered' ORDER BY id LIMIT 5")
+            leases = await rows(db_url, "SELECT name, holder FROM leases")
+            raise AssertionError(f"{done} of {total} answered after {timeout:.0f} s; open:"
+                                 f" {[tuple(r) for r in left]}; leases {len(leases)}:"
+                                 f" {[tuple(r) for r in leases[:5]]}")
         await asyncio.sleep(0.25)
 
 

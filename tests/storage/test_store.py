@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from storage.base import SessionStore
-from storage.errors import ContinuationConflict, StoreError
+from storage.errors import ContinuationConflict, InboundChanged, StoreError
 from storage.models import Compaction, NewMessage, OutChunk, TurnRecord, UsageRecord
 from storage.postgres import schema as postgres_schema
 from storage.sqlite import SqliteSessionStore, schema
@@ -324,6 +324,25 @@ async def test_an_edit_replaces_text_only_while_pending(store: SessionStore) -> 
     assert await store.update_inbound_text("telegram", "42", "1", "changed") == "taken"
     assert [r.text for r in await store.open_inbound()] == ["hello"]
     assert await store.update_inbound_text("telegram", "42", "404", "x") is None
+
+
+async def test_a_take_as_read_is_refused_whole_when_a_row_changed_meanwhile(
+        store: SessionStore) -> None:
+    """The gateway takes rows as it read them (no second read per turn); an edit or a
+    deletion since then refuses the take, and nothing of it is written."""
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    one, two = await _ingest(store, "1", "first"), await _ingest(store, "2", "helo")
+    await store.update_inbound_text("telegram", "42", "2", "hello")
+    with pytest.raises(InboundChanged):
+        await store.take_inbound([one.id, two.id], session.id,
+                                 [msg("user", "first"), msg("user", "helo")], ["first", "helo"])
+    await store.finish_inbound([one.id], "failed")  # its author deleted it
+    with pytest.raises(InboundChanged):
+        await store.take_inbound([one.id], session.id, [msg("user", "first")], ["first"])
+    assert await store.load_history(session.id) == []
+    assert [(r.text, r.status) for r in await store.open_inbound()] == [("hello", "pending")]
+    await store.take_inbound([two.id], session.id, [msg("user", "hello")], ["hello"])
+    assert [r.status for r in await store.inbound([two.id])] == ["taken"]
 
 
 async def test_finish_inbound_closes_rows_that_never_became_a_turn(
