@@ -82,6 +82,7 @@ class Cluster:
         self._roles: dict[str, float] = {}  # role (poll:<platform>) -> sure until, as above
         self._routed: dict[str, set[int]] = {}  # ledger rows handed to the router, by chat
         self._adopting: set[int] = set()  # rows being routed by adopt_open right now
+        self._retaking: set[str] = set()  # chats being given up and offered again
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         # When each background loop last did its work without an error (unix seconds), for
@@ -118,7 +119,7 @@ class Cluster:
     # --- the chats --------------------------------------------------------------------
     async def enqueue(self, chat_key: str, job: Job) -> None:
         """A job for a chat: run it here when this process holds (or can take) the chat."""
-        if chat_key in self.held:
+        if self.may_act(chat_key):
             if job_ids(job) and not set(job_ids(job)) & self._adopting \
                     and not self._knows_all_before(chat_key, job):
                 # A message stored elsewhere a moment ago may come first, its notice not
@@ -133,6 +134,7 @@ class Cluster:
             self._took(chat_key, asked)
             await self.adopt_open(chat_key)  # this job's row is among them, in its place
             return
+        self._lost(chat_key)
         await self.coordination.notify(chat_key)  # the holder adopts it
 
     def _knows_all_before(self, chat_key: str, job: Job) -> bool:
@@ -167,17 +169,26 @@ class Cluster:
     async def offer(self, chat_key: str) -> None:
         """Take the chat when its lease is free (or ours) and adopt what it has open."""
         asked = time.monotonic()
-        if chat_key in self.held:
+        if self.may_act(chat_key):
             await self.adopt_open(chat_key)
         elif await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
-            self._took(chat_key, asked)
+            self._took(chat_key, asked)  # ours again (or still): nothing cached is trusted
             await self.adopt_open(chat_key)
+        else:
+            self._lost(chat_key)
 
     def _took(self, chat_key: str, asked: float) -> None:
         """The chat is ours from now; whatever we knew of it before is not trusted."""
         self._moved(chat_key)
         self.held[chat_key] = time.monotonic()
         self._sure_until[chat_key] = self._sure_from(asked)
+
+    def _lost(self, chat_key: str) -> None:
+        """Another process holds the chat (if this one thought it did, it no longer may)."""
+        if chat_key in self.held:
+            self.held.pop(chat_key, None)
+            self._sure_until.pop(chat_key, None)
+            self._moved(chat_key)
 
     def _sure_from(self, asked: float) -> float:
         """Until when a lease taken or renewed by a call begun at `asked` surely holds."""
@@ -189,17 +200,29 @@ class Cluster:
         renewal says it is still ours."""
         return chat_key in self.held and time.monotonic() < self._sure_until.get(chat_key, 0)
 
-    def forfeit(self, chat_key: str) -> None:
+    def forfeit(self, chat_key: str, first: Callable[[], Awaitable[None]] | None = None
+                ) -> None:
         """A turn was dropped because the chat's lease may have lapsed: give the chat up
         and take it again if it is free, so its open messages are answered once, here or
-        by whoever holds it now."""
+        by whoever holds it now. `first` runs before the lease goes (the dropped turn's
+        attempts are given back). Once per chat at a time: a second turn dropped meanwhile
+        must not release the lease the first retake has just taken again."""
+        if chat_key in self._retaking:
+            return
         self.held.pop(chat_key, None)
         self._sure_until.pop(chat_key, None)
         self._routed.pop(chat_key, None)
-        self._spawn(self._retake(chat_key), f"retake:{chat_key}")
+        self._retaking.add(chat_key)
+        self._spawn(self._retake(chat_key, first), f"retake:{chat_key}")
 
-    async def _retake(self, chat_key: str) -> None:
-        await self.coordination.release(f"chat:{chat_key}", self.holder)  # if still ours
+    async def _retake(self, chat_key: str, first: Callable[[], Awaitable[None]] | None
+                      ) -> None:
+        try:
+            if first is not None:
+                await first()
+            await self.coordination.release(f"chat:{chat_key}", self.holder)  # if ours
+        finally:
+            self._retaking.discard(chat_key)
         await self.offer(chat_key)
 
     def _heard(self, chat_key: str) -> None:
@@ -248,9 +271,7 @@ class Cluster:
         for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
             log.warning("lost the lease of %s (renewed too late); another process takes it",
                         chat_key)
-            self.held.pop(chat_key, None)
-            self._sure_until.pop(chat_key, None)
-            self._moved(chat_key)
+            self._lost(chat_key)
         for chat_key in before & self.held.keys():
             self._sure_until[chat_key] = self._sure_from(asked)
         for role in roles & self._roles.keys():

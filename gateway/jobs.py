@@ -76,7 +76,7 @@ class Running:
 
     @property
     def is_messages(self) -> bool:
-        return isinstance(self.jobs[0], MessageJob)
+        return bool(self.jobs) and isinstance(self.jobs[0], MessageJob)
 
     def senders(self) -> set[str | None]:
         """Who asked for this batch (a /stop from them is honoured in groups)."""

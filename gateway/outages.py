@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn
 
 from gateway.conversations import Conversations
@@ -39,7 +39,7 @@ class Outages:
     # With several processes: whether the chat's lease surely holds (cluster.py), and
     # what to do when it may not.
     may_act: Callable[[str], bool]
-    forfeit: Callable[[str], None]
+    forfeit: Callable[[str, Callable[[], Awaitable[None]] | None], None]
 
     async def _answer(self, chat_key: str, running: Running) -> None:
         raise NotImplementedError
@@ -52,15 +52,23 @@ class Outages:
         place (its later messages behind it: nothing overtakes) until the store answers,
         then what is still open runs again, or, when the turn's reply was stored after
         all (a commit whose answer was lost), is sent (docs/scale-out.md)."""
+        resends: list[ResendJob] = []  # stored replies to finish before the rest runs
+        answer = True  # messages of the batch still to answer
         while True:
             try:
-                return await self._answer(chat_key, running)
+                while resends:
+                    await self._resend(resends[0])
+                    resends.pop(0)
+                if answer:
+                    await self._answer(chat_key, running)
+                return
             except (StoreDown, StoreUnavailable):
                 self.conversations.forget(chat_key)
                 log.warning("chat %s: the turn runs again once the database is back", chat_key)
             jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
             fresh = await self._once_stored([job.record.id for job in jobs])
-            if not self._still_ours(chat_key, "once the database was back"):
+            if not self._still_ours(chat_key, "once the database was back",
+                                    [job.record.id for job in jobs]):
                 return  # the chat moved on meanwhile: its new holder finishes it
             replied: dict[int, list[InboundRecord]] = {}
             for job in list(jobs):
@@ -72,11 +80,12 @@ class Outages:
                     jobs.remove(job)
                 else:  # as new: its status is read again; an outage counts no attempt
                     job.record = dataclasses.replace(record, status="pending")
-            for group in replied.values():
-                await self._resend(ResendJob(jobs_chat(running), tuple(group)))
-            if not jobs:
-                return
-            running.jobs[:] = jobs
+            waiting = {r.id for resend in resends for r in resend.records}
+            resends += [ResendJob(jobs_chat(running), tuple(group)) for group in replied.values()
+                        if not waiting & {r.id for r in group}]
+            answer = bool(jobs)
+            if jobs:
+                running.jobs[:] = jobs
 
     async def _once_stored(self, ids: list[int]) -> dict[int, InboundRecord]:
         """The rows, read as soon as the store answers again (pausing longer each try)."""
@@ -88,19 +97,24 @@ class Outages:
             except StoreError:
                 pause = min(pause * 2, LONGEST_PAUSE_S)
 
-    def _still_ours(self, chat_key: str, when: str) -> bool:
+    def _still_ours(self, chat_key: str, when: str, dropped: Sequence[int] = ()) -> bool:
         """Whether this process may still write and send for the chat: not once its lease
         may have lapsed (a pause); then the turn is dropped unsaid and the chat given up
         (docs/scale-out.md, "A paused process")."""
         if self.may_act(chat_key):
             return True
-        self._give_up(chat_key, f"the lease may have lapsed {when}")
+        self._give_up(chat_key, f"the lease may have lapsed {when}", dropped)
         return False
 
-    def _give_up(self, chat_key: str, why: str) -> None:
+    def _give_up(self, chat_key: str, why: str, dropped: Sequence[int] = ()) -> None:
+        """Drop the turn and the chat. The attempt the turn counted on its `dropped` rows
+        is given back: a turn this process let go proves nothing about the message, and
+        must not make it look like poison to the next holder."""
         log.warning("chat %s: %s; the turn is dropped and the chat given up", chat_key, why)
         self.conversations.forget(chat_key)
-        self.forfeit(chat_key)
+        ids = list(dropped)
+        self.forfeit(chat_key, (lambda: self.store.retry_inbound(ids, undo=True))
+                     if ids else None)
 
     def _unreachable(self, chat: ChatRef, records: list[InboundRecord]) -> NoReturn:
         """The store failed mid-turn: nothing is said, the messages stay open."""

@@ -31,6 +31,7 @@ from platforms.base import (
     Undeliverable,
 )
 from storage.base import SessionStore
+from storage.errors import StoreUnavailable
 from storage.models import Delivery
 
 log = logging.getLogger(__name__)
@@ -263,6 +264,8 @@ class Outbound:
                 await asyncio.sleep(DOWN_RETRIES_S[min(failures, len(DOWN_RETRIES_S) - 1)])
                 failures += 1
                 continue
+            except StoreUnavailable:
+                raise  # the ledger is out of reach: the turn waits for it (outages.py)
             except Exception:
                 log.exception("%s: sending to %s failed", name, chat.key)
                 return False

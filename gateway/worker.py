@@ -70,7 +70,8 @@ class ChatWorker(Outages):
         self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
         # With several processes: only while its lease surely holds (cluster.py).
         self.may_act: Callable[[str], bool] = lambda chat_key: True
-        self.forfeit: Callable[[str], None] = lambda chat_key: None  # when it said no
+        self.forfeit: Callable[[str, Callable[[], Awaitable[None]] | None], None] = \
+            lambda chat_key, first: None  # when it said no
 
     async def process(self, chat_key: str, running: Running) -> None:
         job = running.jobs[0]
@@ -180,8 +181,9 @@ class ChatWorker(Outages):
             typing.cancel()
             if live is not None:
                 await asyncio.shield(live.close())
-        if failure == "lost":
-            return self._give_up(chat_key, "another process holds it now")
+        if failure == "lost":  # the take was refused: only retried rows counted an attempt
+            return self._give_up(chat_key, "another process holds it now",
+                                 [r.id for r in records if r.status == "taken"])
         if failure == "deleted":
             log.info("chat %s: nothing left to answer (deleted before its turn)", chat_key)
             return
@@ -199,7 +201,7 @@ class ChatWorker(Outages):
                       live: LiveReply | None, started: float) -> None:
         """Store the turn, then say it: notices, the reply (finishing its previews)."""
         previews = live.previews if live else ()
-        if not self._still_ours(chat.key, "before storing its turn"):
+        if not self._still_ours(chat.key, "before storing its turn", [r.id for r in records]):
             return
         try:
             committed = await self.conversations.commit(
@@ -209,7 +211,8 @@ class ChatWorker(Outages):
                         chat.key, exc)
             return self._unreachable(chat, records)
         except LeaseLost:
-            return self._give_up(chat.key, "another process holds it now (nothing stored)")
+            return self._give_up(chat.key, "another process holds it now (nothing stored)",
+                                 [r.id for r in records])
         except Exception:
             log.exception("storing the turn failed in %s", chat.key)
             self.metrics.turns.labels("failed").inc()
@@ -374,6 +377,8 @@ class ChatWorker(Outages):
 
     async def _resend(self, job: ResendJob) -> None:
         """Finish a reply a crash or an outage cut short: exactly its missing chunks."""
+        if not self._still_ours(job.chat.key, "before resending a reply"):
+            return
         records = list(job.records)
         chunks = await self.store.deliveries(records[-1].id)
         if chunks:

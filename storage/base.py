@@ -138,8 +138,10 @@ class SessionStore(ABC):
         message rows in live sessions too), or `failed`. A finished row never changes again."""
 
     @abstractmethod
-    async def retry_inbound(self, inbound_ids: list[int]) -> None:
-        """Count one more attempt at open rows (a restart found their turn cut short)."""
+    async def retry_inbound(self, inbound_ids: list[int], *, undo: bool = False) -> None:
+        """Count one more attempt at open rows (a restart found their turn cut short);
+        `undo`: one fewer, down to none, on rows still taken (a turn this process dropped
+        on purpose, which says nothing about the message)."""
 
     @abstractmethod
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:

@@ -95,6 +95,8 @@ OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
 FINISH_INBOUND = f"UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[]) AND {_OPEN}"
 RETRY_INBOUND = ("UPDATE inbound SET attempts = attempts + 1 WHERE id = ANY($1::bigint[])"
                  f" AND {_OPEN}")
+UNDO_ATTEMPT = ("UPDATE inbound SET attempts = attempts - 1 WHERE id = ANY($1::bigint[])"
+                " AND status = 'taken' AND attempts > 0")
 DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
                  " FROM deliveries WHERE inbound_id = $1 ORDER BY chunk")
 ANY_DELIVERY = "SELECT 1 FROM deliveries WHERE inbound_id = $1 LIMIT 1"

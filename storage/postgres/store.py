@@ -329,8 +329,8 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
         await self._execute(q.FINISH_INBOUND, status, list(inbound_ids))
 
-    async def retry_inbound(self, inbound_ids: list[int]) -> None:
-        await self._execute(q.RETRY_INBOUND, list(inbound_ids))
+    async def retry_inbound(self, inbound_ids: list[int], *, undo: bool = False) -> None:
+        await self._execute(q.UNDO_ATTEMPT if undo else q.RETRY_INBOUND, list(inbound_ids))
 
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
         found = await self.fetch(q.INBOUND_BY_IDS, list(inbound_ids))

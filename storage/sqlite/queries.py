@@ -191,6 +191,8 @@ _OPEN = "status IN ('pending', 'taken')"
 
 FINISH_INBOUND = f"UPDATE inbound SET status = ? WHERE id {IN_IDS} AND {_OPEN}"
 RETRY_INBOUND = f"UPDATE inbound SET attempts = attempts + 1 WHERE id {IN_IDS} AND {_OPEN}"
+UNDO_ATTEMPT = (f"UPDATE inbound SET attempts = attempts - 1 WHERE id {IN_IDS}"
+                " AND status = 'taken' AND attempts > 0")
 
 
 def mark_inbound(db: sqlite3.Connection, answered: Sequence[int],

@@ -315,8 +315,9 @@ class SqliteSessionStore(DeliveryRows, SessionStore):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
         await self._write_statement(q.FINISH_INBOUND, (status, json.dumps(list(inbound_ids))))
 
-    async def retry_inbound(self, inbound_ids: list[int]) -> None:
-        await self._write_statement(q.RETRY_INBOUND, (json.dumps(list(inbound_ids)),))
+    async def retry_inbound(self, inbound_ids: list[int], *, undo: bool = False) -> None:
+        await self._write_statement(q.UNDO_ATTEMPT if undo else q.RETRY_INBOUND,
+                                    (json.dumps(list(inbound_ids)),))
 
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
         ids = json.dumps(list(inbound_ids))

@@ -345,6 +345,23 @@ async def test_a_take_as_read_is_refused_whole_when_a_row_changed_meanwhile(
     assert [r.status for r in await store.inbound([two.id])] == ["taken"]
 
 
+async def test_attempts_count_each_turn_and_a_dropped_turn_gives_its_attempt_back(
+        store: SessionStore) -> None:
+    session = await store.create_root_session("telegram:42", model=None, system_prompt=None)
+    taken, waiting = await _ingest(store, "1"), await _ingest(store, "2")
+    await store.take_inbound([taken.id], session.id, [msg("user", "hi")])
+    await store.retry_inbound([taken.id, waiting.id])  # a restart found the turn cut short
+
+    async def attempts() -> list[int]:
+        return [r.attempts for r in await store.inbound([taken.id, waiting.id])]
+    assert await attempts() == [2, 1]
+    await store.retry_inbound([taken.id, waiting.id], undo=True)  # only taken rows
+    assert await attempts() == [1, 1]
+    await store.retry_inbound([taken.id], undo=True)
+    await store.retry_inbound([taken.id], undo=True)  # never below none
+    assert await attempts() == [0, 1]
+
+
 async def test_finish_inbound_closes_rows_that_never_became_a_turn(
         store: SessionStore) -> None:
     command, ignored = await _ingest(store, "1", "/help"), await _ingest(store, "2", "spam")
