@@ -8,6 +8,7 @@ import random
 import re
 
 import asyncpg
+import pytest
 
 from tests.harness.cluster import (
     Instance,
@@ -78,32 +79,38 @@ def _every_request_holds_its_history(fake_openai) -> None:
     assert not stale, f"{len(stale)} requests missed earlier messages: {stale[:5]}"
 
 
-async def _send_all(fake_telegram, instances: list[Instance], *, kill_at: int | None = None
-                    ) -> None:
-    """1,000 updates over 100 chats, round-robin over chats and over the processes."""
+async def _send_all(fake_telegram, instances: list[Instance], *, kill_at: int | None = None,
+                    rng: random.Random | None = None) -> None:
+    """1,000 updates over 100 chats, round-robin over chats; over the processes in turn,
+    or each to a random one (`rng`)."""
     for n in range(CHATS * PER_CHAT):
         if n == kill_at:
             instances[1].proc.kill()  # SIGKILL, halfway
             await instances[1].proc.wait()
         chat = n % CHATS
         update = fake_telegram.updates.private_text(_text(chat, n // CHATS), FIRST_USER + chat)
-        await post(fake_telegram, instances, n % len(instances), update)
+        target = rng.randrange(len(instances)) if rng else n % len(instances)
+        await post(fake_telegram, instances, target, update)
 
 
-async def _three(tmp_path, fake_telegram, fake_openai, postgres_url) -> list[Instance]:
+async def _three(tmp_path, fake_telegram, fake_openai, postgres_url,
+                 lease: float = LEASE) -> list[Instance]:
     # A turn takes the model this long: a chat's next message (100 posts later, at another
     # process) arrives while its last turn is still running somewhere.
     fake_openai.answer_delay_s = MODEL_S
     return list(await asyncio.gather(*(
         start_instance(tmp_path / f"p{i}", fake_telegram, fake_openai.base_url, postgres_url,
-                       lease_seconds=LEASE) for i in range(3))))
+                       lease_seconds=lease) for i in range(3))))
 
 
+# Short leases: chats move between processes all the time (idle releases); long ones:
+# every message at a process other than the holder goes by notice (issue 34, point 1).
+@pytest.mark.parametrize("lease", [LEASE, 30.0])
 async def test_three_webhook_processes_answer_every_message_once_in_order(
-        tmp_path, fake_telegram, fake_openai, postgres_url) -> None:
-    instances = await _three(tmp_path, fake_telegram, fake_openai, postgres_url)
+        tmp_path, fake_telegram, fake_openai, postgres_url, lease) -> None:
+    instances = await _three(tmp_path, fake_telegram, fake_openai, postgres_url, lease)
     try:
-        await _send_all(fake_telegram, instances)
+        await _send_all(fake_telegram, instances, rng=random.Random(3400 + int(lease)))
         total = CHATS * PER_CHAT
         await _all_answered(postgres_url, total)
         await asyncio.sleep(1.0)  # room for a duplicate to show up, if there were one
