@@ -195,6 +195,12 @@ async def test_a_paused_process_says_and_writes_nothing_for_the_chats_it_lost(
         replies = [m.reply_to for m in fake_telegram.messages(user)]
         # One reply per turn (a turn may answer several messages), none twice, in order.
         assert replies and replies == sorted(set(replies)), (chat, replies)
+        # The store counts no write of the woken process either: one stored answer per
+        # reply sent, none of a turn it dropped (the fence refuses them).
+        [[stored]] = await rows(postgres_url, "SELECT count(*) FROM messages AS m JOIN"
+                                " sessions AS s ON s.id = m.session_id WHERE s.chat_key = $1"
+                                " AND m.role = 'assistant'", f"telegram:{user}")
+        assert stored == len(replies), (chat, stored, replies)
     _every_request_holds_its_history(fake_openai)
 
 
