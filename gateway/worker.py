@@ -142,16 +142,17 @@ class ChatWorker(Outages):
         if not self._still_ours(chat_key, "before its turn"):
             return
         jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
+        cut_short = [job.record for job in jobs if job.record.status == "taken"]
         records = await self._retried([job.record for job in jobs])
         chat = self.outbound.moves.resolve(jobs[0].chat)  # where the chat lives now
         chat_key = chat.key
+        if cut_short:  # a turn cut short: its previews go, also when skipped as poison
+            await self._clear_previews(chat, cut_short)
         if not records:
             return
         notice = await self.resets.before_turn(chat_key)  # a reset the chat has not heard of
         if notice:
             await self.outbound.send(chat, notice)
-        if any(r.status == "taken" for r in records):  # a turn cut short: its previews go
-            await self._clear_previews(chat, records)
         try:
             records, parts = await self._read_attachments(chat, running, records)
         except Stopped:
