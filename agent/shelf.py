@@ -8,6 +8,8 @@ file fetches it from there (docs/scale-out.md, "Shared files").
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Protocol
 
 
@@ -18,3 +20,12 @@ class Shelf(Protocol):
     async def get(self, key: str) -> bytes | None:
         """The bytes kept under `key`, or None when there are none (never kept, or past
         the retention period)."""
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Keep a file in a process's directory, whole or not at all (a kill or a second
+    process writing the same file never leaves half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+    partial.write_bytes(data)
+    os.replace(partial, path)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.attachments.parts import attachments_in
-from agent.shelf import Shelf
+from agent.shelf import Shelf, write_whole
 from agent.tools.budget import chat_directory
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class AttachmentFiles:
         if path.exists():
             os.utime(path)
             return ref
-        _write_whole(path, data)
+        write_whole(path, data)
         return ref
 
     async def keep(self, chat_key: str, data: bytes, suffix: str) -> str:
@@ -82,7 +82,7 @@ class AttachmentFiles:
                     data = await self.shelf.get(ref)
                     if data is None:
                         continue
-                    await asyncio.to_thread(_write_whole, path, data)
+                    await asyncio.to_thread(write_whole, path, data)
                 self._here.add(ref)
 
     def path(self, ref: str) -> Path | None:
@@ -144,10 +144,3 @@ class AttachmentFiles:
             except OSError as exc:
                 log.warning("could not remove old attachment %s: %s", path, exc)
         return removed
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.part")
-    partial.write_bytes(data)
-    os.replace(partial, path)

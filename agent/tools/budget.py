@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.shelf import Shelf
+from agent.shelf import Shelf, write_whole
 from agent.tools.registry import Tool
 
 log = logging.getLogger(__name__)
@@ -103,10 +103,7 @@ class OutputBudget:
             return
         data = await self.shelf.get(self._key(file_id))
         if data is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{file_id}.part")
-            partial.write_bytes(data)
-            partial.replace(path)
+            write_whole(path, data)
 
     def read(self, file_id: str, offset: int = 0, limit: int = READ_LIMIT) -> str:
         """Exactly text[offset:offset + limit] of a saved output of this chat."""

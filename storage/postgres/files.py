@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 PUT = ("INSERT INTO files (key, data, used_at) VALUES ($1, $2, $3)"
        " ON CONFLICT (key) DO UPDATE SET used_at = excluded.used_at")
 GET = "UPDATE files SET used_at = $2 WHERE key = $1 RETURNING data"
-SWEEP = "DELETE FROM files WHERE key LIKE $1 AND used_at < $2"
+SWEEP = "DELETE FROM files WHERE starts_with(key, $1) AND used_at < $2 RETURNING 1"
 
 
 class PostgresShelf:
@@ -44,8 +44,7 @@ class PostgresShelf:
         if self._swept or self.retention_s <= 0:
             return
         self._swept = True
-        gone = await self.store.fetch(SWEEP + " RETURNING 1", self.prefix.replace("_", r"\_")
-                                      + "%", time.time() - self.retention_s)
+        gone = await self.store.fetch(SWEEP, self.prefix, time.time() - self.retention_s)
         if gone:
             log.info("removed %d shared %s file(s) past their retention", len(gone),
                      self.prefix.rstrip("/"))
