@@ -24,8 +24,26 @@ class Shelf(Protocol):
 
 def write_whole(path: Path, data: bytes) -> None:
     """Keep a file in a process's directory, whole or not at all (a kill or a second
-    process writing the same file never leaves half of it)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    process writing the same file never leaves half of it), readable by its owner only
+    (it holds what people sent and what tools read), whatever the umask."""
+    private_dirs(path.parent)
     partial = path.with_name(f".{path.name}.{os.getpid()}.part")
-    partial.write_bytes(data)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     os.replace(partial, path)
+
+
+def private_dirs(path: Path) -> None:
+    """Create `path` and its missing parents, each 0700 (`mkdir -p` would give the
+    parents the umask's mode)."""
+    missing: list[Path] = []
+    while not path.is_dir() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it meanwhile, or made a file
+            if not directory.is_dir():
+                raise

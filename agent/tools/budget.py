@@ -78,9 +78,8 @@ class OutputBudget:
 
     def _saved(self, message: dict[str, Any]) -> dict[str, Any]:
         text: str = message["content"]
-        self.directory.mkdir(parents=True, exist_ok=True)
         file_id = f"{uuid.uuid4().hex}.txt"
-        (self.directory / file_id).write_text(text, encoding="utf-8")
+        write_whole(self.directory / file_id, text.encode("utf-8"))
         if self.shelf is not None:
             self._unshared.append(file_id)
         return {**message, "content": _block(text, file_id)}

@@ -25,6 +25,7 @@ from gateway.config.models import (
     Config,
     default_data_dir,
 )
+from storage.owner_only import make_dirs
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h; the systemd unit does not restart on it
 
@@ -132,7 +133,7 @@ def check_storage_writable(cfg: Config) -> None:
         )
 
     try:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(db.parent)  # 0700, as every directory Threadline creates
         with tempfile.TemporaryFile(dir=db.parent):
             pass
     except FileExistsError:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from storage import owner_only
 from storage.errors import StoreError
 from storage.sqlite import integrity, schema
 from storage.sqlite.reader import Reader
@@ -83,7 +84,7 @@ class SqliteConnection:
             return
         if self.path != ":memory:":
             try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                owner_only.make_dirs(Path(self.path).parent)
             except OSError as exc:
                 reason = (f"{exc.filename} is not a directory"
                           if isinstance(exc, FileExistsError) else exc.strerror or str(exc))
@@ -98,8 +99,10 @@ class SqliteConnection:
 
     def _connect(self) -> Db:
         try:
+            if self.path != ":memory:":
+                owner_only.create_file(Path(self.path))  # its -wal and -shm take its mode
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         try:
             schema.configure(db, self.busy_timeout_ms)

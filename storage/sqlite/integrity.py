@@ -11,6 +11,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from storage import owner_only
+
 
 def quick_check(db: sqlite3.Connection) -> str | None:
     """SQLite's own consistency check (PRAGMA quick_check): None when all is well."""
@@ -50,6 +52,7 @@ def copy_to(source: sqlite3.Connection, dest: str, db_path: str) -> None:
     target = Path(dest)
     partial = target.with_name(f".{target.name}.partial")
     partial.unlink(missing_ok=True)
+    owner_only.create_file(partial)  # a copy of the chats is as private as the database
     copy = sqlite3.connect(partial)
     try:
         source.backup(copy)  # all pages in one step: one read transaction, one snapshot
@@ -61,4 +64,5 @@ def copy_to(source: sqlite3.Connection, dest: str, db_path: str) -> None:
         partial.unlink(missing_ok=True)
         raise sqlite3.DatabaseError(f"the copy failed its check: {problem}")
     os.replace(partial, target)
-    backup_record(db_path).write_text(f"{target.resolve()}\n")
+    os.chmod(target, owner_only.FILE_MODE)
+    owner_only.write_file(backup_record(db_path), f"{target.resolve()}\n".encode())
