@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -62,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    # Everything this process creates (database, backups, attachments, saved tool outputs)
+    # is its owner's alone, whatever umask it was started with (docs/operations.md).
+    os.umask(0o077)
     args = _parser().parse_args(argv)
     if args.command == "doctor":  # reports a broken config as one of its checks
         from gateway import doctor
@@ -84,9 +89,13 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
     from agent.errors import AgentError, EngineNotFoundError
     from gateway.logs import configure_logging
     from storage.errors import StoreError
+    from storage.owner_only import exposure
 
     interactive_console = args.command in ("chat", "run") and sys.stdin.isatty()
     configure_logging(config, quiet=interactive_console)
+    exposed = exposure(config.db_path.parent)
+    if exposed is not None:
+        logging.getLogger(__name__).warning(exposed)
     try:
         if args.command in ("run", "chat"):
             return asyncio.run(_serve(args, config))
@@ -181,7 +190,7 @@ async def _backup(args: argparse.Namespace, config: Config) -> int:
 
 async def _migrate(args: argparse.Namespace, config: Config) -> int:
     from storage.migrate import copy_store, parse_source, summary
-    from storage.postgres.connecting import display_url
+    from storage.urls import mask_url
 
     target = args.target or config.storage.url
     if not target:
@@ -190,7 +199,7 @@ async def _migrate(args: argparse.Namespace, config: Config) -> int:
         return EXIT_ERROR
     source = parse_source(args.source or f"sqlite:{config.db_path}")
     copied = await copy_store(source, target)
-    print(f"copied {source} into {display_url(target)}: {summary(list(copied.counts.items()))}"
+    print(f"copied {source} into {mask_url(target)}: {summary(list(copied.counts.items()))}"
           " (row counts equal on both sides)")
     return 0
 

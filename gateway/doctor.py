@@ -11,7 +11,6 @@ import asyncio
 import importlib.util
 import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,6 @@ from agent.providers.classify import extract_info
 from gateway.config import Config, ConfigError, require_platforms, resolve_config
 
 NETWORK_TIMEOUT_S = 5.0
-SQLITE_MAGIC = b"SQLite format 3\x00"
 GGUF_MAGIC = b"GGUF"
 
 
@@ -48,8 +46,9 @@ async def run(config_path: str | None) -> int:
         return _finish([Result("config", False, str(exc))])
     source = str(config.source.absolute()) if config.source else \
         "built-in defaults (no config file found)"
-    results = [Result("config", True, source),
-               await asyncio.to_thread(check_database, config)]
+    from gateway.doctor_storage import check_storage
+
+    results = [Result("config", True, source), await check_storage(config)]
     pulse = await asyncio.to_thread(check_loop, config)
     if pulse is not None:
         results.append(pulse)
@@ -99,76 +98,7 @@ async def _guarded(check: str, work: Awaitable[Result], secret: str | None) -> R
         return Result(check, False, plain_error(exc, with_type=True, known=secret))
 
 
-# --- database ----------------------------------------------------------------------------
-
-
-def check_database(config: Config) -> Result:
-    """The directory is writable; an existing file is healthy SQLite at a schema we know."""
-    db = config.db_path
-    hint = "choose a writable path" if config.storage.path else \
-        "set THREADLINE_HOME or storage.path"
-    problem = _unwritable(db)
-    if problem is not None:
-        return Result("database", False, f"cannot write {db} ({problem}); {hint}")
-    if not db.exists():
-        return Result("database", True, f"{db} does not exist yet; it will be created")
-    return _inspect(db)
-
-
-def _unwritable(db: Path) -> str | None:
-    """Why the store could not create or write `db`, without creating anything lasting."""
-    try:
-        if db.is_dir():
-            return "it is a directory"
-        # The store creates missing directories; what matters is the nearest that exists.
-        existing = db.parent
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir():
-            return f"{existing} is not a directory"
-        with tempfile.TemporaryFile(dir=existing):
-            pass  # os.access says yes to root even on read-only mounts; a real file is sure
-        if db.exists() and not os.access(db, os.R_OK | os.W_OK):
-            return "permission denied"
-    except OSError as exc:
-        return (exc.strerror or str(exc)).lower()
-    return None
-
-
-def _inspect(db: Path) -> Result:
-    try:
-        with db.open("rb") as f:
-            header = f.read(100)
-    except OSError as exc:
-        return Result("database", False, f"cannot read {db} ({(exc.strerror or '').lower()})")
-    if not header:
-        return Result("database", True, f"{db} is empty; it will be set up")
-    if not header.startswith(SQLITE_MAGIC):
-        return Result("database", False, f"{db} is not a SQLite database (damaged, or another "
-                                         "file); restore it from a backup or move it away")
-    try:
-        version, verdict = _read_only_check(db, wal=2 in header[18:20])
-    except sqlite3.Error as exc:
-        return Result("database", False, f"{db} cannot be read ({plain_error(exc)}); "
-                                         "restore it from a backup or move it away")
-    return _judge(db, version, verdict)
-
-
-def _read_only_check(db: Path, *, wal: bool) -> tuple[int, str]:
-    """(user_version, quick_check verdict), opened so that SQLite cannot write anything."""
-    uri = f"{db.absolute().as_uri()}?mode=ro"
-    if wal and not Path(f"{db}-wal").exists():
-        # No -wal file: nobody has the database open. A read-only open would still create
-        # -wal and -shm next to it, owned by whoever runs the doctor (often root), and the
-        # service could then not open its own database. `immutable` creates nothing.
-        uri += "&immutable=1"
-    conn = sqlite3.connect(uri, uri=True, timeout=2)
-    try:
-        rows = conn.execute("PRAGMA quick_check").fetchall()
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    finally:
-        conn.close()
-    return version, "; ".join(str(row[0]) for row in rows[:3])
+# --- the service's pulse ---------------------------------------------------------------
 
 
 LOOP_STALE_S = 300.0  # a figure older than this is from a service that is not running
@@ -205,22 +135,6 @@ def check_loop(config: Config) -> Result | None:
     return Result("event loop", True, detail)
 
 
-def _judge(db: Path, version: int, verdict: str) -> Result:
-    from storage.sqlite.schema import SCHEMA_VERSION
-
-    if verdict != "ok":
-        return Result("database", False, f"{db} is damaged (quick_check: {plain_error(verdict)});"
-                                         " restore it from a backup")
-    if version > SCHEMA_VERSION:
-        return Result("database", False, f"{db} has schema v{version}, newer than this "
-                                         f"Threadline understands (v{SCHEMA_VERSION}); "
-                                         "upgrade Threadline")
-    if version < SCHEMA_VERSION:
-        return Result("database", True, f"{db}: schema v{version} "
-                                        f"(will be migrated to v{SCHEMA_VERSION})")
-    return Result("database", True, f"{db}: schema v{version}")
-
-
 # --- providers ---------------------------------------------------------------------------
 
 
@@ -250,7 +164,7 @@ async def check_provider(check: str, settings: ProviderSettings) -> Result:
         refusal = _refusal(check, exc.status_code, exc.body, settings.api_key)
         return Result(check, False, f"{where}: {refusal}")
     except sdk.APIConnectionError as exc:
-        return Result(check, False, f"{where}: unreachable ({_network_reason(exc)})")
+        return Result(check, False, f"{where}: unreachable ({network_reason(exc)})")
     finally:
         await client.close()
     return Result(check, True, where)
@@ -264,7 +178,7 @@ def _refusal(check: str, status: int, body: Any, api_key: str | None) -> str:
     return f"HTTP {status}" + (f": {message}" if message else "")
 
 
-def _network_reason(exc: BaseException) -> str:
+def network_reason(exc: BaseException) -> str:
     """The root cause of a failed connection in a few words, e.g. 'connection refused'."""
     seen: BaseException | None = exc
     for _ in range(10):  # exception chains can loop; ten links reach any real root cause
@@ -323,7 +237,7 @@ async def check_telegram(config: Config) -> Result:
         return Result("telegram", False, f"{where} unreachable "
                                          f"(no answer within {NETWORK_TIMEOUT_S:g} s)")
     except NetworkError as exc:
-        return Result("telegram", False, f"{where} unreachable ({_network_reason(exc)})")
+        return Result("telegram", False, f"{where} unreachable ({network_reason(exc)})")
     except TelegramError as exc:
         return Result("telegram", False, f"{where}: {plain_error(exc, known=tg.token)}")
     finally:
@@ -364,7 +278,7 @@ async def check_discord(config: Config) -> Result:
         return Result("discord", False, f"token refused by {where}; "
                                         "check platforms.discord.token")
     except (TimeoutError, aiohttp.ClientConnectionError, OSError) as exc:
-        return Result("discord", False, f"{where} unreachable ({_network_reason(exc)})")
+        return Result("discord", False, f"{where} unreachable ({network_reason(exc)})")
     except discord.HTTPException as exc:
         text = plain_error(exc.text or "", limit=160, known=dc.token)
         return Result("discord", False, f"{where}: HTTP {exc.status}"

@@ -9,6 +9,7 @@ import sys
 
 from agent.redact import REDACTED, redact
 from gateway.config import Config
+from storage.urls import password_forms
 
 # Discord's interaction and webhook tokens (each lets anyone answer as the bot for 15
 # minutes) in URLs and in the gateway events discord.py logs at DEBUG. Linear patterns.
@@ -90,7 +91,8 @@ class _JsonFormatter(logging.Formatter):
 def configure_logging(config: Config, *, quiet: bool = False) -> RedactingFilter:
     """Route every log line through the redacting filter; `quiet` keeps a console chat clean."""
     redactor = RedactingFilter()
-    for secret in config.secret_values():
+    # The storage password in every form a client error could echo (raw, percent-decoded).
+    for secret in [*config.secret_values(), *password_forms(config.storage.url)]:
         redactor.add_known_secret(secret)
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(redactor)

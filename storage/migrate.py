@@ -27,6 +27,7 @@ from storage.postgres.queries import search_text
 from storage.postgres.store import PostgresSessionStore
 from storage.rows import decode_message
 from storage.sqlite import SqliteSessionStore
+from storage.urls import mask_url, scrub
 
 BATCH = 5_000  # rows read from SQLite and copied to PostgreSQL at a time
 _RUN_KEY = "run:active"  # the SQLite store's crash marker means nothing elsewhere
@@ -139,6 +140,9 @@ async def copy_store(source: Path, target_url: str) -> Copied:
         return await _copy(source, target_url)
     except sqlite3.Error as exc:
         raise StoreError(f"reading {source} failed: {exc}") from None
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise StoreError(f"copying into {mask_url(target_url)} failed: "
+                         f"{scrub(str(exc), target_url)}") from None
 
 
 async def _copy(source: Path, target_url: str) -> Copied:

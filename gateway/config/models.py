@@ -32,6 +32,7 @@ from gateway.config.base import (
     rule_error,
 )
 from gateway.config.platforms import PlatformsConfig
+from storage.urls import url_password
 
 DEFAULT_SYSTEM_PROMPT = "You are Threadline, a helpful assistant."
 DB_FILENAME = "threadline.db"
@@ -190,7 +191,9 @@ class StorageConfig(Section):
 
     @property
     def url_password(self) -> str | None:
-        return urlsplit(self.url).password if self.url else None
+        """As written in the URL, read the way every message masks it (a raw `#` or `?`
+        in it defeats urlsplit); the log filter also masks its percent-decoded form."""
+        return url_password(self.url)
 
     @field_validator("path", mode="before")
     @classmethod

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 import asyncpg
+
+from storage.errors import StoreError
+from storage.urls import ambiguous, mask_url
 
 RETRIES = 5  # a transaction PostgreSQL aborted for a deadlock or serialization is re-run
 RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
@@ -18,16 +19,14 @@ UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresConnectionError,
                asyncpg.InternalClientError)  # a connection left mid-operation by a cut
 
 
-def display_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
+def check_url(url: str) -> None:
+    """Refuse a URL whose password is written raw with a character a URL reserves: the
+    client would read part of the password as the host (and could echo it in an error)."""
+    if ambiguous(url):
+        raise StoreError(
+            f"the password in the database URL {mask_url(url)} holds a raw @, /, ? or #: "
+            "percent-encode the password (@ as %40, / as %2F, ? as %3F, # as %23, "
+            "% as %25), and any @ after the host")
 
 
 async def as_it_was(con: asyncpg.Connection) -> None:

@@ -76,7 +76,8 @@ class PostgresCoordination(Coordination):
         try:
             await self._connect(callback)
         except _LOST as exc:
-            raise StoreError(f"{self._store.label}: cannot listen for notices: {exc}") from None
+            raise StoreError(f"{self._store.label}: cannot listen for notices: "
+                             f"{self._store.scrub(exc)}") from None
         self._keeper = asyncio.create_task(self._keep_listening(callback, reconnected),
                                            name="cluster-listen")
 
@@ -108,7 +109,7 @@ class PostgresCoordination(Coordination):
                     break
                 except _LOST as exc:
                     log.debug("cluster: listening again failed (%s); next try in %.1f s",
-                              exc, pause)
+                              self._store.scrub(exc), pause)
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, LONGEST_PAUSE_S)
             log.info("cluster: listening for notices again")
@@ -143,4 +144,4 @@ class PostgresCoordination(Coordination):
             try:
                 await listener.close()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("closing the notice connection failed: %s", exc)
+                log.warning("closing the notice connection failed: %s", self._store.scrub(exc))

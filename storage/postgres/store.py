@@ -41,11 +41,12 @@ from storage.postgres.connecting import (
     SESSION_SETTINGS,
     UNREACHABLE,
     as_it_was,
-    display_url,
+    check_url,
 )
 from storage.postgres.coordination import PostgresCoordination
 from storage.postgres.deliveries import DeliveryRows
 from storage.postgres.files import PostgresShelf
+from storage.urls import mask_url, scrub
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,7 +58,7 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10,
                  max_live_chats: int = MAX_CHATS, command_timeout: float = 60.0) -> None:
         self.url = url
-        self.label = display_url(url)
+        self.label = mask_url(url)
         self._sizes = (min_connections, max_connections)
         self._timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
@@ -80,6 +81,7 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
         """Open the pool and migrate; StoreError names the database (never its password)."""
         if self._pool is not None:
             return
+        check_url(self.url)
         try:
             pool = await asyncpg.create_pool(self.url, min_size=self._sizes[0],
                                              max_size=self._sizes[1],
@@ -87,7 +89,8 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
                                              server_settings=SESSION_SETTINGS,
                                              reset=as_it_was)
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
-            raise StoreError(f"cannot open the database {self.label}: {exc}") from None
+            raise StoreError(f"cannot open the database {self.label}: {self.scrub(exc)}"
+                             ) from None
         try:
             async with pool.acquire() as con:
                 await schema.migrate(con, self.label)
@@ -95,6 +98,11 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             await pool.close()
             raise
         self._pool = pool
+
+    def scrub(self, error: BaseException | str) -> str:
+        """An error's text with no form of the password in it (a client error may quote
+        the URL)."""
+        return scrub(str(error), self.url)
 
     async def shutdown(self) -> None:
         pool, self._pool = self._pool, None
@@ -145,9 +153,10 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             except StoreError:
                 raise
             except UNREACHABLE as exc:
-                raise StoreUnavailable(f"{self.label}: {exc}") from exc
+                raise StoreUnavailable(f"{self.label}: {self.scrub(exc)}") from exc
             except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-                raise turns.refusal(exc) or StoreError(f"{self.label}: {exc}") from exc
+                raise turns.refusal(exc) or StoreError(f"{self.label}: {self.scrub(exc)}"
+                                                     ) from exc
         raise AssertionError("unreachable")
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:

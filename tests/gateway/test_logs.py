@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -57,3 +58,16 @@ def test_json_log_lines_keep_the_traceback_but_not_the_secrets_in_it(
     assert "Traceback" in entry["exc"] and "RuntimeError: upstream refused" in entry["exc"]
     assert PATTERN_KEY not in lines[0] and CONFIGURED_KEY not in lines[0]
     assert "[REDACTED]" in entry["exc"]
+
+
+def test_the_storage_password_is_masked_raw_and_percent_decoded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    password = "Tr0ub#dor?&@3/x%y"  # every character a URL reserves
+    encoded = quote(password, safe="")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"storage": {"url": f"postgresql://tl:{encoded}@db/app"}}))
+    configure_logging(load_config(path, env={}))
+    logging.getLogger("gateway.test_logs").warning("client said: %s / %s", password, encoded)
+    err = capsys.readouterr().err
+    assert "client said:" in err
+    assert password not in err and encoded not in err and "Tr0ub" not in err

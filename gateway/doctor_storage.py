@@ -1,0 +1,161 @@
+"""`threadline doctor`'s look at the store: the SQLite file, or the PostgreSQL database
+that `storage.url` names. It opens either one read-only and creates nothing; a URL is
+shown with its password masked (storage/urls.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import asyncpg
+
+from agent.errors import plain_error
+from gateway.config import Config
+from gateway.doctor import NETWORK_TIMEOUT_S, Result, network_reason
+from storage.owner_only import exposure
+from storage.urls import ambiguous, mask_url, scrub
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Refusals that name the account: the URL's user or password is wrong.
+REFUSED = (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)
+
+
+async def check_storage(config: Config) -> Result:
+    """The configured store, whichever backend; a state directory that other accounts can
+    reach is noted (the service warns about it at start)."""
+    if config.storage.url:
+        result = await check_postgres(config.storage.url)
+    else:
+        result = await asyncio.to_thread(check_database, config)
+    exposed = exposure(config.db_path.parent)
+    if exposed is None:
+        return result
+    return Result(result.check, result.ok, f"{result.detail}; warning: {exposed}")
+
+
+async def check_postgres(url: str) -> Result:
+    """Connect (a short timeout) and read the schema version; change nothing."""
+    label = mask_url(url)
+    if ambiguous(url):
+        return Result("database", False, f"{label}: the password holds a raw @, /, ? or #; "
+                                         "percent-encode it (docs/storage.md)")
+    try:
+        con = await asyncpg.connect(url, timeout=NETWORK_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        return Result("database", False, f"{label} unreachable ({network_reason(exc)})")
+    except (ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        reason = plain_error(scrub(str(exc), url), limit=160)
+        hint = "; check storage.url" if isinstance(exc, REFUSED) else ""
+        return Result("database", False, f"{label} cannot be opened ({reason}){hint}")
+    try:
+        version = await con.fetchval("SELECT max(version) FROM schema_version")
+    except asyncpg.UndefinedTableError:
+        return Result("database", True, f"{label} is empty; it will be set up")
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        return Result("database", False, f"{label} cannot be read "
+                                         f"({plain_error(scrub(str(exc), url), limit=160)})")
+    finally:
+        await con.close()
+    return _judge_version(label, int(version or 0))
+
+
+def _judge_version(label: str, version: int) -> Result:
+    from storage.postgres.schema import SCHEMA_VERSION
+
+    if version > SCHEMA_VERSION:
+        return Result("database", False, f"{label} has schema v{version}, newer than this "
+                                         f"Threadline understands (v{SCHEMA_VERSION}); "
+                                         "upgrade Threadline")
+    if version < SCHEMA_VERSION:
+        return Result("database", True, f"{label}: schema v{version} "
+                                        f"(will be migrated to v{SCHEMA_VERSION})")
+    return Result("database", True, f"{label}: schema v{version}")
+
+
+def check_database(config: Config) -> Result:
+    """The directory is writable; an existing file is healthy SQLite at a schema we know."""
+    db = config.db_path
+    hint = "choose a writable path" if config.storage.path else \
+        "set THREADLINE_HOME or storage.path"
+    problem = _unwritable(db)
+    if problem is not None:
+        return Result("database", False, f"cannot write {db} ({problem}); {hint}")
+    if not db.exists():
+        return Result("database", True, f"{db} does not exist yet; it will be created")
+    return _inspect(db)
+
+
+def _unwritable(db: Path) -> str | None:
+    """Why the store could not create or write `db`, without creating anything lasting."""
+    try:
+        if db.is_dir():
+            return "it is a directory"
+        # The store creates missing directories; what matters is the nearest that exists.
+        existing = db.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{existing} is not a directory"
+        with tempfile.TemporaryFile(dir=existing):
+            pass  # os.access says yes to root even on read-only mounts; a real file is sure
+        if db.exists() and not os.access(db, os.R_OK | os.W_OK):
+            return "permission denied"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None
+
+
+def _inspect(db: Path) -> Result:
+    try:
+        with db.open("rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        return Result("database", False, f"cannot read {db} ({(exc.strerror or '').lower()})")
+    if not header:
+        return Result("database", True, f"{db} is empty; it will be set up")
+    if not header.startswith(SQLITE_MAGIC):
+        return Result("database", False, f"{db} is not a SQLite database (damaged, or another "
+                                         "file); restore it from a backup or move it away")
+    try:
+        version, verdict = _read_only_check(db, wal=2 in header[18:20])
+    except sqlite3.Error as exc:
+        return Result("database", False, f"{db} cannot be read ({plain_error(exc)}); "
+                                         "restore it from a backup or move it away")
+    return _judge(db, version, verdict)
+
+
+def _read_only_check(db: Path, *, wal: bool) -> tuple[int, str]:
+    """(user_version, quick_check verdict), opened so that SQLite cannot write anything."""
+    uri = f"{db.absolute().as_uri()}?mode=ro"
+    if wal and not Path(f"{db}-wal").exists():
+        # No -wal file: nobody has the database open. A read-only open would still create
+        # -wal and -shm next to it, owned by whoever runs the doctor (often root), and the
+        # service could then not open its own database. `immutable` creates nothing.
+        uri += "&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, timeout=2)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+    return version, "; ".join(str(row[0]) for row in rows[:3])
+
+
+def _judge(db: Path, version: int, verdict: str) -> Result:
+    from storage.sqlite.schema import SCHEMA_VERSION
+
+    if verdict != "ok":
+        return Result("database", False, f"{db} is damaged (quick_check: {plain_error(verdict)});"
+                                         " restore it from a backup")
+    if version > SCHEMA_VERSION:
+        return Result("database", False, f"{db} has schema v{version}, newer than this "
+                                         f"Threadline understands (v{SCHEMA_VERSION}); "
+                                         "upgrade Threadline")
+    if version < SCHEMA_VERSION:
+        return Result("database", True, f"{db}: schema v{version} "
+                                        f"(will be migrated to v{SCHEMA_VERSION})")
+    return Result("database", True, f"{db}: schema v{version}")
+
