@@ -31,7 +31,7 @@ from gateway.web.app import build_app  # noqa: E402
 from storage.models import Compaction, NewMessage, TurnRecord, UsageRecord  # noqa: E402
 from storage.sqlite import SqliteSessionStore  # noqa: E402
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-of-16-plus"
 CHAT = "telegram:1001"
 SUMMARY = ("## Goal\nShip the billing export before Friday.\n## Completed Actions\n"
            "1. Wrote the CSV writer ({n} rounds so far)\n## Active Task\nThe currency column.")

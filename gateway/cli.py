@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     webp = sub.add_parser("web", parents=[common],
                           help="the read-only web view of chats, chains and spending")
     webp.add_argument("--port", type=int, default=None, help="default: web.port, else 8480")
+    webp.add_argument("--new-token", action="store_true",
+                      help="print a random token for web.token and exit")
     mig = sub.add_parser("migrate", parents=[common],
                          help="copy the SQLite store into an empty PostgreSQL database")
     mig.add_argument("--from", dest="source", default=None,
@@ -72,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from gateway import doctor
 
         sys.exit(asyncio.run(doctor.run(getattr(args, "config", None))))
+    if getattr(args, "new_token", False):
+        from gateway.web.auth import new_token
+
+        print(new_token())
+        sys.exit(0)
     try:
         from gateway.config import check_storage_writable, require_platforms, resolve_config
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 from pathlib import Path
@@ -171,6 +172,20 @@ class WebConfig(Section):
     listen: str = "127.0.0.1"
     port: int | None = Field(None, ge=0, le=65535)  # null: 8480
     token: OptStr = None
+    session_hours: float = Field(24, gt=0, le=24 * 366)  # a sign-in lasts this long
+    # Proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (addresses or
+    # networks, e.g. 127.0.0.1 for a TLS proxy on this machine).
+    trusted_proxies: list[str] = []
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an address or network") from None
+        return value
 
 
 class StorageConfig(Section):

@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.pricing import Price, format_usd
 from gateway.web.auth import Access, safe_next
 from gateway.web.charts import usage_charts
+from gateway.web.requests import add_headers, query_int, refuse_bad_input
 from gateway.web.timeline import SORTS, chat_row, sort_rows, timeline
 from storage.base import SessionStore
 
@@ -47,9 +48,12 @@ def _pages() -> jinja2.Environment:
 
 
 def build_app(store: SessionStore, *, token: str,
-              prices: Mapping[str, Price] | None = None) -> web.Application:
-    access = Access(token)
-    app = web.Application(middlewares=[access.middleware])
+              prices: Mapping[str, Price] | None = None, session_hours: float = 24,
+              trusted_proxies: tuple[str, ...] = ()) -> web.Application:
+    access = Access(token, store, session_hours=session_hours,
+                    trusted_proxies=trusted_proxies)
+    app = web.Application(middlewares=[refuse_bad_input, access.middleware])
+    app.on_response_prepare.append(add_headers)
     app[STORE], app[PRICES], app[PAGES], app[ACCESS] = store, dict(prices or {}), _pages(), access
     app.router.add_get("/", home)
     app.router.add_get("/login", login_form)
@@ -82,24 +86,25 @@ async def login(request: web.Request) -> web.Response:
     form = await request.post()
     target = safe_next(str(form.get("next", "")))
     access = request.app[ACCESS]
-    if not access.token_matches(str(form.get("token", ""))):
-        return _render(request, "login.html", status=401, next=target, failed=True)
+    client = access.client(request)
+    async with access.throttle.turn(client):  # one try at a time per address
+        if not access.token_matches(str(form.get("token", ""))):
+            await access.throttle.failed(client)
+            return _render(request, "login.html", status=401, next=target, failed=True)
+        access.throttle.succeeded(client)
     response = web.HTTPFound(target)
-    access.sign_in(response, secure=request.secure)
+    await access.sign_in(request, response)
     raise response
 
 
 async def logout(request: web.Request) -> web.Response:
     response = web.HTTPFound("/login")
-    response.del_cookie("threadline_web", path="/")
+    await request.app[ACCESS].sign_out(request, response)
     raise response
 
 
 def _page_number(request: web.Request) -> int:
-    try:
-        return max(1, int(request.query.get("page", "1")))
-    except ValueError:
-        return 1
+    return max(1, query_int(request, "page", 1))
 
 
 async def chats_page(request: web.Request) -> web.Response:
@@ -135,10 +140,7 @@ async def session_page(request: web.Request) -> web.Response:
     session = await store.get_session(request.match_info["session_id"])
     if session is None:
         raise web.HTTPNotFound(text="no such session")
-    try:
-        start = max(0, int(request.query.get("start", "0")))
-    except ValueError:
-        start = 0
+    start = query_int(request, "start", 0)
     start -= start % MESSAGES_PER_PAGE  # pages begin at whole multiples
     messages = await store.session_messages(session.id, start, MESSAGES_PER_PAGE)
     return _render(request, "session.html", session=session, messages=messages, start=start,

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gateway.config import Config
 from gateway.web.app import build_app
+from gateway.web.auth import token_problem
 from gateway.wiring import build_prices, build_store
 
 log = logging.getLogger(__name__)
@@ -22,14 +23,16 @@ DEFAULT_PORT = 8480
 async def serve_web(config: Config, port: int | None = None) -> int:
     """0 after a clean stop; 1 when it cannot start (no token, port in use)."""
     token = config.web.token
-    if not token:
-        print("threadline: the web view needs a token: set web.token, e.g. "
-              "token: ${THREADLINE_WEB_TOKEN}", file=sys.stderr)
+    problem = token_problem(token)
+    if problem or token is None:
+        print(f"threadline: {problem}", file=sys.stderr)
         return 1
     store = build_store(config)
     await store.initialize()
-    runner = web.AppRunner(build_app(store, token=token, prices=build_prices(config)),
-                           access_log=None)
+    app = build_app(store, token=token, prices=build_prices(config),
+                    session_hours=config.web.session_hours,
+                    trusted_proxies=tuple(config.web.trusted_proxies))
+    runner = web.AppRunner(app, access_log=None)
     try:
         await runner.setup()
         listen, port = config.web.listen, port or config.web.port or DEFAULT_PORT

@@ -17,7 +17,7 @@ async def test_web_serves_the_view_with_its_token_and_stops_on_sigterm(tmp_path)
     config = str(write_config(tmp_path, web={"port": port, "token": "${WEB_TOKEN}"}))
     proc = await asyncio.create_subprocess_exec(
         THREADLINE, "web", "--config", config, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=cli_env(tmp_path, WEB_TOKEN="s3cret-web"))
+        stderr=asyncio.subprocess.PIPE, env=cli_env(tmp_path, WEB_TOKEN="s3cret-web-token-of-some-length"))
     try:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
@@ -26,7 +26,7 @@ async def test_web_serves_the_view_with_its_token_and_stops_on_sigterm(tmp_path)
             url = f"http://127.0.0.1:{port}"
             async with http.get(f"{url}/api/chats") as refused:
                 assert refused.status == 401
-            headers = {"Authorization": "Bearer s3cret-web"}
+            headers = {"Authorization": "Bearer s3cret-web-token-of-some-length"}
             async with http.get(f"{url}/api/chats", headers=headers) as listed:
                 assert listed.status == 200 and await listed.json() == []
     finally:
@@ -35,9 +35,20 @@ async def test_web_serves_the_view_with_its_token_and_stops_on_sigterm(tmp_path)
     assert proc.returncode == 0
     assert proc.stderr is not None
     err = (await proc.stderr.read()).decode()
-    assert "Traceback" not in err and "s3cret-web" not in err
+    assert "Traceback" not in err and "s3cret-web-token-of-some-length" not in err
 
 
 async def test_web_without_a_token_says_what_to_set(tmp_path) -> None:
     ran = await threadline("web", "--config", str(write_config(tmp_path)), home=tmp_path)
     assert ran.code == 1 and "web.token" in ran.err
+
+
+async def test_web_refuses_a_short_token_and_makes_a_good_one(tmp_path) -> None:
+    config = str(write_config(tmp_path, web={"token": "${WEB_TOKEN}"}))
+    short = await threadline("web", "--config", config, home=tmp_path,
+                             env=cli_env(tmp_path, WEB_TOKEN="a"))
+    assert short.code == 1 and "--new-token" in short.err
+    assert len(short.err.strip().splitlines()) == 1, short.err
+    made = await threadline("web", "--new-token", home=tmp_path)
+    tokens = {made.out.strip(), (await threadline("web", "--new-token", home=tmp_path)).out.strip()}
+    assert made.code == 0 and len(tokens) == 2 and all(len(t) >= 32 for t in tokens)
