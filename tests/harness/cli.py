@@ -25,12 +25,13 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 async def threadline(*args: str, stdin: str | bytes = "", home: Path,
                      timeout: float = 120,  # noqa: ASYNC109
-                     env: dict[str, str] | None = None) -> Ran:
+                     env: dict[str, str] | None = None, umask: int = -1) -> Ran:
+    """`umask`: the one the process starts with (-1: this process's)."""
     # Bytes go through untouched so a test can pipe input that is not valid UTF-8.
     data = stdin.encode() if isinstance(stdin, str) else stdin
     proc = await asyncio.create_subprocess_exec(
         THREADLINE, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=str(home), env=env or cli_env(home))
+        stderr=asyncio.subprocess.PIPE, cwd=str(home), env=env or cli_env(home), umask=umask)
     out, err = await asyncio.wait_for(proc.communicate(data), timeout)
     assert proc.returncode is not None
     return Ran(proc.returncode, out.decode(), err.decode())
