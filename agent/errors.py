@@ -97,13 +97,15 @@ def plain_error(error: BaseException | str, *, limit: int = 200, with_type: bool
     """An error as one short, redacted line for the user and the log.
 
     `with_type` puts the exception's class name in front; `known` is a configured secret
-    (an API key) to mask even when no pattern recognises it. Redaction runs before the cut,
-    so a secret is never left half-shown at the end of the line.
+    (an API key) to mask even when no pattern recognises it. Redaction runs before the
+    lines are folded into one, so a private key's body is still read line by line, and
+    again after, for a header the fold joins to its value; both before the cut, so a secret
+    is never left half-shown at the end of the line.
     """
-    message = " ".join(str(error).split())
-    if isinstance(error, BaseException) and (with_type or not message):
-        message = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    message = str(error)
     if known:
         message = message.replace(known, REDACTED)
-    message = redact(message)
+    message = redact(" ".join(redact(message).split()))
+    if isinstance(error, BaseException) and (with_type or not message):
+        message = f"{type(error).__name__}: {message}" if message else type(error).__name__
     return message if len(message) <= limit else message[:limit - 1] + "…"
