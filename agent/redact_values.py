@@ -12,27 +12,25 @@ import re
 import string
 from collections.abc import Iterable
 
+from agent.redact_placeholders import machine_made, not_a_secret, placeholder
 from agent.redact_screen import flag_condition, key_condition
 
 REDACTED = "[REDACTED]"
 
-# Characters prose rarely puts in a word but base64 and generated tokens often do.
-_RANDOM_MARKS = frozenset(string.digits + "_~+/=")
-
-
-def machine_made(value: str) -> bool:
-    """Whether a word looks generated: a digit or symbol, a capital inside it, or length."""
-    return (len(value) >= 16 or value[1:] != value[1:].lower()
-            or not _RANDOM_MARKS.isdisjoint(value))
-
-
 # Keys whose value is a secret. The word must end the key (`DB_PASSWORD`, `apiKey`,
 # `"client_secret"`), so counts like `max_tokens` and words like `author` are left alone.
+# Beyond the generic words: Azure connection strings (`AccountKey=`, `SharedAccessKey=`),
+# service-account JSON (`private_key_id`), Rails, Datadog and New Relic keys, and the
+# kubeconfig's base64 client key (`client-key-data`).
 _SECRET_KEYS: tuple[str, ...] = tuple(
     ["password", "passwd", "passphrase", "pwd", "secret", "token", "auth", "credential",
      "credentials", "apikey", "accesskey", "privatekey", "secretkey", "access_key_id",
-     "access-key-id"]
-    + [f"{a}{sep}key" for a in ("api", "access", "private", "secret") for sep in "_-"]
+     "access-key-id", "accountkey", "sharedaccesskey", "private_key_id", "secret_key_base",
+     "appkey", "masterkey"]
+    + [f"{a}{sep}key" for a in ("api", "access", "private", "secret", "account", "app",
+                                "application", "master", "license", "encryption", "signing")
+       for sep in "_-"]
+    + [f"key{sep}data" for sep in "_-"]
 )
 _PASSWORD_KEYS = ("pass", "password", "passwd", "passphrase", "pwd")  # people choose these
 _KEY_CHARS = frozenset(string.ascii_lowercase + string.digits)
@@ -44,7 +42,11 @@ _NAME_CHARS = _KEY_CHARS | {"_"}
 # closing quote must follow.
 _QUOTED_VALUE = re.compile(r"[ \t]*+(?:\"((?:[^\"\\\n]++|\\.)++)\"|'((?:[^'\\\n]++|\\.)++)'|"
                            r"\\\"((?:[^\"\\\n]++|\\[^\"\\\n]|\\\\(?:\\.|[^\\\n]))++)\\\")")
-_BARE_VALUE = re.compile(r"[ \t]*+(?![=:\"'])([^\s\"',;&]+)")
+# A backslash ending a line continues it (agent.redact reads such text joined as well).
+_BARE_VALUE = re.compile(r"[ \t]*+(?![=:\"'])((?:[^\s\"',;&\\]++|\\(?![\r\n]))++)")
+# A YAML block scalar's indicator, alone on its line: the value is the lines under it.
+_BLOCK = re.compile(r"[|>][-+]?[0-9]?[-+]?")
+_LINE_END = re.compile(r"[ \t]*+(?:#[^\r\n]*+)?\r?(?:\n|\Z)")
 # One finder per trigger word, led by the literal word so the scan is a fast prefix search
 # (an alternation of all words would be tried at every position). Group 1 ends the key;
 # `=>` is the PHP and Ruby hash arrow. A word whose run of key characters is long enough to
@@ -104,9 +106,33 @@ def _assignment_spans(text: str, lower: str, spans: Spans, finder: re.Pattern[st
             continue
         value = _QUOTED_VALUE.match(text, at)
         if value is not None:
-            _add(spans, value)
+            if not not_a_secret(value[value.lastindex or 0], quoted=True):
+                _add(spans, value)
         elif (value := _BARE_VALUE.match(text, at)) is not None:
-            reach = _add(spans, value)
+            reach = value.end()
+            if _BLOCK.fullmatch(value[1]) and _LINE_END.match(text, reach):
+                reach = _block_span(text, spans, value.start(1), hit.start())
+            elif not not_a_secret(value[1], quoted=False, text=text, end=reach):
+                _add(spans, value)
+
+
+def _block_span(text: str, spans: Spans, start: int, key: int) -> int:
+    """A YAML block scalar (`password: |` and the lines indented under it): record it from
+    its indicator to its last line, and say where that ends."""
+    prefix = text[text.rfind("\n", 0, key) + 1:key]
+    indent = len(prefix) - len(prefix.lstrip(" \t"))
+    end, pos = start, text.find("\n", start)
+    while pos != -1:
+        stop = text.find("\n", pos + 1)
+        body = text[pos + 1:len(text) if stop == -1 else stop]
+        if body.strip():
+            if len(body) - len(body.lstrip(" \t")) <= indent:
+                break
+            end = len(text) if stop == -1 else stop
+        pos = stop
+    if end > start:
+        spans[start] = max(end, spans.get(start, end))
+    return end
 
 
 def _flag_spans(text: str, lower: str, spans: Spans) -> None:
@@ -119,8 +145,11 @@ def _flag_spans(text: str, lower: str, spans: Spans) -> None:
         value = _QUOTED_VALUE.match(text, hit.end()) or _FLAG_VALUE.match(text, hit.end())
         # A password may be any word, but a token or key is generated: a plain word after
         # `--token` is prose ("pass --token and --url"), not a value.
-        if value is not None and (lower.endswith(_PASSWORD_KEYS, 0, end)
-                                  or machine_made(value[value.lastindex or 0])):
+        if value is None:
+            continue
+        word = value[value.lastindex or 0]
+        if (lower.endswith(_PASSWORD_KEYS, 0, end) or machine_made(word)) \
+                and not placeholder(word):
             _add(spans, value)
 
 
