@@ -20,7 +20,7 @@ async def test_an_unreachable_database_is_one_line_without_the_password() -> Non
         await PostgresSessionStore(url).initialize()
     message = str(info.value)
     assert "hunter2-secret" not in message and "\n" not in message
-    assert f"postgresql://tl@127.0.0.1:{port}/threadline" in message
+    assert f"postgresql://tl:***@127.0.0.1:{port}/threadline" in message
 
 
 async def test_a_newer_schema_is_refused_by_name(postgres_url: str) -> None:
