@@ -19,6 +19,7 @@ import asyncpg
 
 from storage.coordination import Coordination
 from storage.errors import StoreError
+from storage.urls import scrub
 
 if TYPE_CHECKING:
     from storage.postgres.store import PostgresSessionStore
@@ -77,7 +78,7 @@ class PostgresCoordination(Coordination):
             await self._connect(callback)
         except _LOST as exc:
             raise StoreError(f"{self._store.label}: cannot listen for notices: "
-                             f"{self._store.scrub(exc)}") from None
+                             f"{scrub(str(exc), self._store.url)}") from None
         self._keeper = asyncio.create_task(self._keep_listening(callback, reconnected),
                                            name="cluster-listen")
 
@@ -109,7 +110,7 @@ class PostgresCoordination(Coordination):
                     break
                 except _LOST as exc:
                     log.debug("cluster: listening again failed (%s); next try in %.1f s",
-                              self._store.scrub(exc), pause)
+                              scrub(str(exc), self._store.url), pause)
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, LONGEST_PAUSE_S)
             log.info("cluster: listening for notices again")
@@ -144,4 +145,5 @@ class PostgresCoordination(Coordination):
             try:
                 await listener.close()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("closing the notice connection failed: %s", self._store.scrub(exc))
+                log.warning("closing the notice connection failed: %s",
+                            scrub(str(exc), self._store.url))

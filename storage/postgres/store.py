@@ -89,8 +89,8 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
                                              server_settings=SESSION_SETTINGS,
                                              reset=as_it_was)
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
-            raise StoreError(f"cannot open the database {self.label}: {self.scrub(exc)}"
-                             ) from None
+            reason = scrub(str(exc), self.url)  # a client error may quote the URL
+            raise StoreError(f"cannot open the database {self.label}: {reason}") from None
         try:
             async with pool.acquire() as con:
                 await schema.migrate(con, self.label)
@@ -98,11 +98,6 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             await pool.close()
             raise
         self._pool = pool
-
-    def scrub(self, error: BaseException | str) -> str:
-        """An error's text with no form of the password in it (a client error may quote
-        the URL)."""
-        return scrub(str(error), self.url)
 
     async def shutdown(self) -> None:
         pool, self._pool = self._pool, None
@@ -153,10 +148,10 @@ class PostgresSessionStore(DeliveryRows, SessionStore):
             except StoreError:
                 raise
             except UNREACHABLE as exc:
-                raise StoreUnavailable(f"{self.label}: {self.scrub(exc)}") from exc
+                raise StoreUnavailable(f"{self.label}: {scrub(str(exc), self.url)}") from exc
             except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-                raise turns.refusal(exc) or StoreError(f"{self.label}: {self.scrub(exc)}"
-                                                     ) from exc
+                reason = scrub(str(exc), self.url)
+                raise turns.refusal(exc) or StoreError(f"{self.label}: {reason}") from exc
         raise AssertionError("unreachable")
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
