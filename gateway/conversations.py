@@ -11,7 +11,6 @@ from typing import Any
 
 from agent.agent import Agent
 from agent.attachments.files import AttachmentFiles
-from agent.attachments.parts import build_content
 from agent.context_engine import ContextEngine, EngineFactory
 from agent.providers.base import Provider
 from agent.tokens import CHARS_PER_TOKEN, estimate_text, over_share
@@ -30,6 +29,7 @@ from gateway.hygiene import needs_hygiene
 from gateway.metrics import Metrics
 from gateway.outbound import Outgoing
 from gateway.pricing import Price
+from gateway.speakers import user_message
 from gateway.turn_records import (
     Committed,
     Prepared,
@@ -268,11 +268,7 @@ class Conversations:
                             parts: Mapping[int, list[dict[str, Any]]], *,
                             checked: bool) -> tuple[SessionRecord, Agent]:
         pending = [r for r in records if r.status == "pending"]
-        messages = [new_message({"role": "user",
-                                 "content": build_content(r.text, parts.get(r.id, ()))},
-                                answered=False,
-                                platform_message_id=r.message_id, sender_id=r.sender_id,
-                                sender_name=r.sender_name) for r in pending]
+        messages = [user_message(r, parts.get(r.id, ())) for r in pending]
         session, agent = await self.agent_for(chat_key)
         if not pending:
             return session, agent

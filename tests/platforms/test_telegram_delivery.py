@@ -11,6 +11,7 @@ from contextlib import closing
 
 import pytest
 
+from tests.harness.speakers import unlabelled
 from tests.harness.telegram_gateway import telegram_config, telegram_gateway
 
 USER = 5550001
@@ -62,7 +63,7 @@ async def test_a_send_answered_after_eight_seconds_is_in_the_chat_once(
                            else ups.private_text("again", USER))
         replies = await fake_telegram.wait_for_messages(chat, 2, timeout=30)
     said = f"echo: {BOT} " if group else "echo: "
-    assert [r.text for r in replies] == [f"{said}hello", f"{said}again"]
+    assert [unlabelled(r.text) for r in replies] == [f"{said}hello", f"{said}again"]
 
 
 async def test_an_answer_later_than_the_send_timeout_is_resent_once_and_said_so(
@@ -113,7 +114,7 @@ async def test_a_group_upgraded_mid_reply_continues_in_the_supergroup(
         [moved] = await fake_telegram.wait_for_messages(SUPERGROUP, 1, timeout=30)
         fake_telegram.push(ups.group_text(f"{BOT} what is the password?", SUPERGROUP, USER))
         await fake_telegram.wait_for_messages(SUPERGROUP, 2, timeout=30)
-    assert moved.text == f"echo: {BOT} and the door is red"
+    assert unlabelled(moved.text) == f"echo: {BOT} and the door is red"
     last = fake_openai.calls_to("/chat/completions")[-1].json["messages"]
     assert any("PELICAN" in str(m.get("content")) for m in last), "the old context came along"
     sent_to_old = [c for c in fake_telegram.calls if c.path.endswith("/sendMessage")

@@ -9,6 +9,7 @@ from contextlib import closing
 
 import pytest
 
+from tests.harness.speakers import unlabelled
 from tests.harness.telegram_gateway import telegram_config, telegram_gateway
 from tests.harness.telegram_service import (
     GROUP_SERVICE_KINDS,
@@ -27,7 +28,8 @@ def model_calls(fake) -> int:
 
 def session_of_message(db, text: str) -> str:
     with closing(sqlite3.connect(db)) as conn:
-        [(session,)] = conn.execute("SELECT session_id FROM messages WHERE content = ?", (text,))
+        [(session,)] = conn.execute(  # the text after its sender's label
+            "SELECT session_id FROM messages WHERE content LIKE '%]: ' || ?", (text,))
     return session
 
 
@@ -44,7 +46,7 @@ async def test_new_then_a_question_is_answered_in_the_new_session_despite_a_slow
         fake_telegram.push(ups.group_text(f"{BOT} what is the plan?", GROUP, OWNER))
         replies = await fake_telegram.wait_for_messages(GROUP, 3, timeout=15)
     assert replies[1].text.startswith("Started a fresh conversation"), replies
-    assert replies[2].text == f"echo: {BOT} what is the plan?"
+    assert unlabelled(replies[2].text) == f"echo: {BOT} what is the plan?"
     db = tmp_path / "threadline.db"
     assert session_of_message(db, f"{BOT} what is the plan?") != \
         session_of_message(db, f"{BOT} remember the old plan")
@@ -128,8 +130,8 @@ async def test_an_anonymous_admin_is_an_admin_and_a_channel_post_a_member(
         fake_telegram.push(service.channel_post(f"/compress{BOT}"))
         replies = await fake_telegram.wait_for_messages(GROUP, 4, timeout=15)
     texts = [r.text for r in replies]
-    assert texts[0] == f"echo: {BOT} note the launch date"
+    assert unlabelled(texts[0]) == f"echo: {BOT} note the launch date"
     assert texts[1].startswith("Nothing to compress yet")  # allowed: an admin
-    assert texts[2] == f"echo: {BOT} hello from the channel"
+    assert unlabelled(texts[2]) == f"echo: {BOT} hello from the channel"
     assert texts[3] == "/compress is admin-only here."
     assert not fake_telegram.calls_to("/getChatMember"), "neither needed a lookup"

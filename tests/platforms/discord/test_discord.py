@@ -11,6 +11,7 @@ from tests.harness.chunks import fence_lines, rejoin
 from tests.harness.discord_bot import discord_config, discord_gateway
 from tests.harness.fake_discord import BOT_ID
 from tests.harness.gateway import is_summary_request, summarizing_responder
+from tests.harness.speakers import unlabelled
 
 USER, ADMIN, STRANGER = "700000000000000001", "700000000000000002", "700000000000000003"
 MANAGE_MESSAGES = 1 << 13
@@ -65,9 +66,9 @@ async def test_guild_messages_are_answered_only_when_addressed(tmp_path, fake_op
         await fake_discord.user_message(bot_thread, "no mention needed here", author_id=USER)
         [in_thread] = await fake_discord.wait_for_messages(bot_thread, 1)
     replies = fake_discord.messages(channel)
-    assert [r.content for r in replies] == ["echo: what is 2+2?", "echo: and 3+3?"]
+    assert [unlabelled(r.content) for r in replies] == ["echo: what is 2+2?", "echo: and 3+3?"]
     assert replies[0].message_reference is not None  # threaded under the asker's message
-    assert in_thread.content == "echo: no mention needed here"
+    assert unlabelled(in_thread.content) == "echo: no mention needed here"
     assert model_calls(fake_openai) == 3
 
 

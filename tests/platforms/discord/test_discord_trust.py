@@ -14,6 +14,7 @@ import pytest
 from gateway.logs import configure_logging
 from tests.harness.discord_bot import discord_config, discord_gateway
 from tests.harness.fake_discord import BOT_ID, FakeDiscord
+from tests.harness.speakers import unlabelled
 
 USER, ADMIN, STRANGER = "700000000000000001", "700000000000000002", "700000000000000003"
 NEWCOMER, OTHER_BOT = "700000000000000004", "900000000000000001"
@@ -104,7 +105,7 @@ async def test_discord_notices_are_never_answered_in_an_open_channel_or_a_dm(
         await fake_discord.wait_for_messages(channel, 1, timeout=15)
         await fake_discord.wait_for_messages(dm, 1, timeout=15)
         await asyncio.sleep(SETTLE_S)
-    assert posts(fake_discord, channel) == ["echo: channel sentinel"]
+    assert list(map(unlabelled, posts(fake_discord, channel))) == ["echo: channel sentinel"]
     assert posts(fake_discord, dm) == ["echo: dm sentinel"]
     assert posts(fake_discord, thread) == []
     assert model_calls(fake_openai) == 2  # the sentinels alone
@@ -158,7 +159,7 @@ async def test_zero_width_text_gets_a_short_note_in_a_dm_and_nothing_in_a_guild(
         await asyncio.sleep(SETTLE_S)
     assert posts(fake_discord, dm) == [note.content] and 0 < len(note.content) <= 200
     assert not note.content.startswith("echo:")  # said by the gateway, not the model
-    assert posts(fake_discord, channel) == ["echo: sentinel"]
+    assert list(map(unlabelled, posts(fake_discord, channel))) == ["echo: sentinel"]
     assert model_calls(fake_openai) == 1  # the sentinel's
 
 
