@@ -26,10 +26,12 @@ def machine_made(value: str) -> bool:
 # A longer value is a secret whatever it looks like; the checks below read short ones only.
 _CHECKED = 120
 
-# Templates and variables: ${VAR}, $VAR, $(cmd), %VAR%, %(name)s at the start; whole, a
-# bracketed name: <your key>, {name}, {{ var }}, [hidden]. A value ending in `…` or `...` is
-# cut, not whole.
-_TEMPLATE = re.compile(r"\$[{(A-Za-z_]|%(?:\(|[A-Za-z_][A-Za-z0-9_]*%|[sdr]$)")
+# Templates and variables: ${VAR}, $VAR, $(cmd), %VAR%, %(name)s, <name, {name, {{ name at
+# the start (a bare value ends at a blank: `<paste it here>` reads `<paste`); whole, a
+# bracketed name: <your-key>, {name}, {{ var }}, [hidden]. A value ending in `…` or `...`
+# is cut, not whole.
+_TEMPLATE = re.compile(r"\$[{(A-Za-z_]|%(?:\(|[A-Za-z_][A-Za-z0-9_]*%|[sdr]$)|<[A-Za-z_]"
+                       r"|\{\{?[ A-Za-z_]")
 _BRACKETED = re.compile(r"<[^<>]*>|\{[^{}]*\}|\{\{[^{}]*\}\}|\[[^\[\]]*\]")
 # Masks: no letter or digit of any script (****, ..., ~), or x's (xxxx, XXXX-XXXX).
 _MASK = re.compile(r"[\W_]*|[xX*]{3,}(?:[-_. ][xX*]{3,})*")
@@ -92,7 +94,7 @@ def _placeholder(value: str) -> bool:
         return True
     first = value[:1]
     if (not first.isalnum() or first in "xX") and (
-            first in "$%" and _TEMPLATE.match(value) or first in "<{[" and
+            first in "$%<{" and _TEMPLATE.match(value) or first in "<{[" and
             _BRACKETED.fullmatch(value) or _MASK.fullmatch(value)):
         return True
     if _NAMING.search(lowered) is None or not _IDENTIFIER.fullmatch(value):

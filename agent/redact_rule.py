@@ -25,8 +25,8 @@ class Rule:
 
     Patterns start with a literal where possible: the regex engine then scans with a fast
     prefix search, which a leading look-behind would disable. The "not inside a word" check
-    that a look-behind would do runs in Python, only on actual matches; a URL-encoded
-    separator (`%3D` before a token) does not count as a word.
+    that a look-behind would do runs in Python, only on actual matches; an escape before a
+    token (`%3D`, a JSON `\\n`) does not count as a word.
 
     Every pattern runs in linear time (docs/architecture.md, "Secrets"). One whose literal
     starts a run of characters it reads (`eyJ` in a token, `mysql` in a word) has an
@@ -65,11 +65,18 @@ class Rule:
     def _replace(self, match: re.Match[str]) -> str:
         start = match.start()
         if (self.not_after and start and match.string[start - 1] in self.not_after
-                and not (start >= 3 and match.string[start - 3] == "%")):
+                and not _escaped(match.string, start)):
             return match.group(0)
         if self.skips and match["skip"] is not None:
             return match.group(0)
         return self.replace if isinstance(self.replace, str) else self.replace(match)
+
+
+def _escaped(text: str, start: int) -> bool:
+    """Whether the word character before `start` ends an escape, not a word: a URL-encoded
+    separator (`%3D`) or a JSON line break or tab (`\\n`, `\\t`)."""
+    return (start >= 3 and text[start - 3] == "%"
+            or start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrt")
 
 
 def keep_prefix(match: re.Match[str]) -> str:

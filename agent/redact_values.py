@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from agent.redact_placeholders import machine_made, not_a_secret, placeholder
 from agent.redact_screen import flag_condition, key_condition
@@ -42,11 +42,15 @@ _NAME_CHARS = _KEY_CHARS | {"_"}
 # closing quote must follow.
 _QUOTED_VALUE = re.compile(r"[ \t]*+(?:\"((?:[^\"\\\n]++|\\.)++)\"|'((?:[^'\\\n]++|\\.)++)'|"
                            r"\\\"((?:[^\"\\\n]++|\\[^\"\\\n]|\\\\(?:\\.|[^\\\n]))++)\\\")")
-# A backslash ending a line continues it (agent.redact reads such text joined as well).
-_BARE_VALUE = re.compile(r"[ \t]*+(?![=:\"'])((?:[^\s\"',;&\\]++|\\(?![\r\n]))++)")
+# A bare value ends at a line break, also a JSON `\n` (a YAML line inside tool arguments);
+# a backslash ending a line continues it (agent.redact reads such text joined as well), and
+# in JSON the two read `\\\n`.
+_BARE_VALUE = re.compile(r"[ \t]*+(?![=:\"'])((?:[^\s\"',;&\\]++|\\(?![\r\nnr]|\\{1,2}n))++)")
 # A YAML block scalar's indicator, alone on its line: the value is the lines under it.
 _BLOCK = re.compile(r"[|>][-+]?[0-9]?[-+]?")
-_LINE_END = re.compile(r"[ \t]*+(?:#[^\r\n]*+)?\r?(?:\n|\Z)")
+# The end of a line: a real break (group 1) or a JSON `\n` (group 2).
+LINE_END = re.compile(r"[ \t]*+(?:#[^\r\n\\]*+)?(?:\r?(\n)|(\\n)|\Z)")
+_YAML_KEY = frozenset(string.ascii_letters + string.digits + "_.-")
 # One finder per trigger word, led by the literal word so the scan is a fast prefix search
 # (an alternation of all words would be tried at every position). Group 1 ends the key;
 # `=>` is the PHP and Ruby hash arrow. A word whose run of key characters is long enough to
@@ -110,26 +114,65 @@ def _assignment_spans(text: str, lower: str, spans: Spans, finder: re.Pattern[st
                 _add(spans, value)
         elif (value := _BARE_VALUE.match(text, at)) is not None:
             reach = value.end()
-            if _BLOCK.fullmatch(value[1]) and _LINE_END.match(text, reach):
-                reach = _block_span(text, spans, value.start(1), hit.start())
+            if _BLOCK.fullmatch(value[1]) and (eol := LINE_END.match(text, reach)):
+                reach = _block_span(text, spans, value.start(1), hit.start(), eol)
             elif not not_a_secret(value[1], quoted=False, text=text, end=reach):
                 _add(spans, value)
 
 
-def _block_span(text: str, spans: Spans, start: int, key: int) -> int:
+def indent_of(text: str, key: int) -> int:
+    """The indentation of the YAML line whose key holds position `key` (of a list item,
+    the dash's): read backwards over the key and the blanks before it, never the line."""
+    start = key
+    while start and text[start - 1] in _YAML_KEY:
+        start -= 1
+    blanks = start
+    while blanks and text[blanks - 1] in " \t":
+        blanks -= 1
+    if blanks and text[blanks - 1] == "-" and blanks < start:  # `  - password: |`
+        dash = blanks - 1
+        while dash and text[dash - 1] in " \t":
+            dash -= 1
+        return blanks - 1 - dash
+    return start - blanks
+
+
+def lines_after(text: str, eol: re.Match[str]) -> Iterator[tuple[int, int]]:
+    """(start, end) of each line after the line end `eol` (a `LINE_END` match): real lines,
+    or those of a JSON string split by `\\n`, which stop at its closing quote."""
+    escaped = eol[2] is not None
+    sep = "\\n" if escaped else "\n"
+    pos = eol.end()
+    while pos < len(text):
+        stop = text.find(sep, pos)
+        end = len(text) if stop == -1 else stop
+        if escaped and (quote := _closing_quote(text, pos, end)) != -1:
+            yield pos, quote
+            return
+        yield pos, end - 1 if not escaped and text[end - 1] == "\r" else end
+        if stop == -1:
+            return
+        pos = stop + len(sep)
+
+
+def _closing_quote(text: str, start: int, end: int) -> int:
+    quote = text.find('"', start, end)
+    while quote > 0 and text[quote - 1] == "\\":  # `\"` is a quote inside the string
+        quote = text.find('"', quote + 1, end)
+    return quote
+
+
+def _block_span(text: str, spans: Spans, start: int, key: int, eol: re.Match[str]) -> int:
     """A YAML block scalar (`password: |` and the lines indented under it): record it from
     its indicator to its last line, and say where that ends."""
-    prefix = text[text.rfind("\n", 0, key) + 1:key]
-    indent = len(prefix) - len(prefix.lstrip(" \t"))
-    end, pos = start, text.find("\n", start)
-    while pos != -1:
-        stop = text.find("\n", pos + 1)
-        body = text[pos + 1:len(text) if stop == -1 else stop]
+    indent = indent_of(text, key)
+    end = start
+    for first, last in lines_after(text, eol):
+        body = text[first:last]
         if body.strip():
             if len(body) - len(body.lstrip(" \t")) <= indent:
                 break
-            end = len(text) if stop == -1 else stop
-        pos = stop
+            end = last
     if end > start:
         spans[start] = max(end, spans.get(start, end))
     return end
