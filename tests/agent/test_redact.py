@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.redact import (
+    _RULES,
     _SCREEN,
     REDACTED,
     _lower,
@@ -23,6 +24,7 @@ from agent.redact import (
 )
 from agent.redact_screen import _GROUP_CHARS
 from gateway.logs import RedactingFilter
+from tests.harness.secret_forms import BENIGN, FORMS
 
 # Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
 _DISCORD_ID = base64.b64encode(b"123456789012345678").decode().rstrip("=")
@@ -232,6 +234,53 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact(text) == text
 
 
+@pytest.mark.parametrize("text", [
+    "Password: choose a long one",
+    "def login(user, password: str):",
+    "token = get_token()",
+    "connect(password=None)",
+    'api_key: str = ""',
+    "secret: <your-secret-here>",
+    "DB_PASSWORD=changeme", "API_KEY=xxxx", "TOKEN=XXXX-XXXX", "TOKEN=${GITHUB_TOKEN}",
+    "API_KEY=<paste it here>", "password: ********", "password = password",
+    "token: Optional[str] = None", "password = os.environ['DB_PASSWORD']",
+    "const token = await getToken();", "password: process.env.DB_PASSWORD",
+    "Authorization: Bearer <token>", "curl -H 'Authorization: Bearer $TOKEN' x",
+    "postgres://app:${DB_PASSWORD}@db/app", "--password $PGPASSWORD",
+    "<password>${env.NEXUS_PASSWORD}</password>",
+])
+def test_a_secret_named_but_not_given_is_left_alone(text: str) -> None:
+    # A key word must be followed by something that looks like a value: placeholders,
+    # variables, code and prose after it are not secrets (issue 35).
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("DB_PASSWORD=hunter2", "hunter2"), ("SMTP_PASSWORD=sunshine", "sunshine"),
+    ("password: sunshine", "sunshine"), ("Pwd=letmein;Server=db", "letmein"),
+    ("password = 'correct horse'", "correct horse"), ("token: expired-3f9a", "expired-3f9a"),
+])
+def test_short_human_passwords_in_config_lines_are_still_secrets(text: str,
+                                                                 secret: str) -> None:
+    assert secret not in redact(text)
+
+
+def test_a_key_cut_short_does_not_take_the_text_up_to_another_keys_end() -> None:
+    # The first block has no END; the END further down closes a different key, so only
+    # the cut key's own lines go, and the words between the two keys stay.
+    cut = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+    whole = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAx1y2\n"
+             "-----END RSA PRIVATE KEY-----")
+    text = f"{cut}\nthe deploy notes stay\n{whole}\nend"
+    assert redact(text) == f"{REDACTED}\nthe deploy notes stay\n{REDACTED}\nend"
+
+
+def test_a_key_with_an_odd_line_is_still_closed_by_its_own_end() -> None:
+    block = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAx1y2\n(pasted from vault)\n"
+             "Qm9ndXNrZXk=\n-----END RSA PRIVATE KEY-----")
+    assert redact(f"key:\n{block}\nok") == f"key:\n{REDACTED}\nok"
+
+
 def test_redaction_is_idempotent() -> None:
     text = " | ".join(SECRETS.values()) + " password=abc postgres://u:p4ss@h/db"
     once = redact(text)
@@ -342,9 +391,18 @@ _RULE_FORM = st.builds(lambda *parts: "".join(parts),
                                         "https://user:", "x"]),
                        _BLANK, st.sampled_from(["-p", "", "@host"]), _BLANK,
                        st.sampled_from(_VALUES + ["p4ss@host/db"]))
+# The forms of issue 35 as pasted, as a JSON string and as tool arguments (where their
+# lines are `\n` escapes), the ordinary texts, and pieces of the newer rules' shapes.
+_FORM_TEXTS = [form.text for form in FORMS] + [json.dumps({"cmd": form.text}) for form in FORMS]
+_NEWER_PIECES = ["kind: Secret", "data:", "  tls.key: QUFB", "password: |", "    s3cr3t",
+                 "Private-Lines: 2", "\\\n", "\\\\\\n", "curl -u a:b", "-u 1000:1000",
+                 "machine h login u password p", "<password>x</password>", "&sig=",
+                 "hooks.slack.com/services/", "/webhooks/123456/", "eyJhbGciOiJIUzI1NiJ9.",
+                 "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t", "${TOKEN}", "<token>", "get_token()"]
 _PIECE = st.one_of(_KEY_FORM, _FLAG_FORM, _RULE_FORM,
                    st.sampled_from([*SECRETS.values(), *ORDINARY, "\u0131", "\ud800", "\n",
-                                    "\\n", "-----BEGIN RSA PRIVATE KEY-----\nAAAA"]))
+                                    "\\n", "-----BEGIN RSA PRIVATE KEY-----\nAAAA"]),
+                   st.sampled_from([*_FORM_TEXTS, *BENIGN, *_NEWER_PIECES]))
 
 
 @settings(max_examples=600, deadline=None)
@@ -353,6 +411,24 @@ def test_the_screen_never_changes_a_result(parts: list[str], joint: str) -> None
     # The screen may only skip text the full pass would leave alone (agent/redact_screen.py).
     text = joint.join(parts)
     assert redact(text) == _redact_all(text, _lower(text))
+
+
+@pytest.mark.parametrize("text", [*_FORM_TEXTS, *BENIGN, *_NEWER_PIECES])
+def test_the_screen_agrees_with_the_full_pass_on_every_form(text: str) -> None:
+    # Each form, its JSON-encoded twin, and each ordinary text, as they are: the property
+    # test above mixes them, this names the one that disagrees.
+    assert redact(text) == _redact_all(text, _lower(text))
+    assert redact(redact(text)) == redact(text)
+
+
+def test_no_replacement_can_add_a_trigger() -> None:
+    # agent/redact_rule.py `Triggers`: the rules a text triggers are found once, before any
+    # replacement, which holds only if `[REDACTED]` holds no trigger and no trigger holds a
+    # bracket that could span its edges.
+    triggers = {trigger for rule in _RULES for trigger in rule.triggers}
+    assert len(triggers) > 60
+    assert [t for t in triggers if t in REDACTED or t.lower() in REDACTED.lower()] == []
+    assert [t for t in triggers if "[" in t or "]" in t] == []
 
 
 @settings(max_examples=400, deadline=None)

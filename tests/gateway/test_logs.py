@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from gateway.config import load_config
-from gateway.logs import configure_logging
+from gateway.logs import ONE_LINE, configure_logging
+from tests.harness.secret_forms import FORMS
 
 # Fake secrets, assembled so no scanner takes them for live ones.
 PATTERN_KEY = "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl"
@@ -71,3 +72,23 @@ def test_the_storage_password_is_masked_raw_and_percent_decoded(
     err = capsys.readouterr().err
     assert "client said:" in err
     assert password not in err and encoded not in err and "Tr0ub" not in err
+
+
+def test_a_one_line_logger_keeps_no_secret_of_the_error_it_folds_into_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    # asyncpg's pool error is logged as one line with the exception's repr, where every
+    # line break is a `\n` escape: a key cut short, or any other form, must not leak there.
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"logging": {"format": "text", "level": "INFO"}}))
+    configure_logging(load_config(path, env={}))
+    pool = logging.getLogger(next(iter(ONE_LINE)))
+    for form in FORMS:
+        try:
+            raise OSError(f"({form.name}) cannot connect:\n{form.text}")  # the form ends it
+        except OSError:
+            pool.exception("connection failed")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == len(FORMS) and "Traceback" not in "\n".join(lines)
+    out = "\n".join(lines)
+    assert [form.name for form in FORMS if f"({form.name})" not in out] == []
+    assert [form.name for form in FORMS if any(part in out for part in form.secrets)] == []
