@@ -64,9 +64,10 @@ class Screen:
         for source in sources:
             self._set.Add(source)
         self._set.Compile()
-        # The same conditions as one pattern, for `candidates`. None of them can match a
-        # line break, which is what lets one scan over texts joined by "\n" stand for a
-        # scan of each text alone.
+        # The same conditions as one pattern, for `candidates`. Only one can match a line
+        # break, the backslash-newline that sends a text to the full pass, and it starts in
+        # the text whose line it ends: one scan over texts joined by "\n" stands for a scan
+        # of each text alone, at worst naming a text ending in a backslash for nothing.
         self._any = re2.compile("|".join(f"(?:{source})" for source in sources), options)
 
     def check(self, text: str) -> list[int] | None:

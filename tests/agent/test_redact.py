@@ -24,7 +24,8 @@ from agent.redact import (
 )
 from agent.redact_screen import _GROUP_CHARS
 from gateway.logs import RedactingFilter
-from tests.harness.secret_forms import BENIGN, FORMS
+from tests.harness.benign_texts import BENIGN
+from tests.harness.secret_forms import FORMS
 
 # Fake secrets with the real shapes, assembled so no scanner mistakes them for live keys.
 _DISCORD_ID = base64.b64encode(b"123456789012345678").decode().rstrip("=")

@@ -2,8 +2,9 @@
 summary, text and JSON log lines, error lines; ordinary texts about secrets are left as
 they are (issue 35, point 5; docs/architecture.md, "Secrets").
 
-The forms and the ordinary texts are in tests/harness/secret_forms.py. A form is caught
-when none of its distinctive parts is left in an output.
+The forms are in tests/harness/secret_forms.py, the ordinary texts in
+tests/harness/benign_texts.py. A form is caught when none of its distinctive parts is left
+in an output.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from agent.redact import REDACTED, redact
 from gateway.config import load_config
 from gateway.logs import configure_logging
 from tests.harness import FakeOpenAI
-from tests.harness.secret_forms import BENIGN, FORMS, Form
+from tests.harness.benign_texts import BENIGN
+from tests.harness.secret_forms import FORMS, Form
 from tests.harness.transcripts import CHECKPOINT, assistant, call, chat, make_engine, result, user
 from tests.harness.transcripts import text_of as content_text
 

@@ -1,4 +1,4 @@
-"""Realistic secret forms, and ordinary texts that mention secrets without holding one.
+"""Realistic secret forms (the ordinary texts are in tests/harness/benign_texts.py).
 
 `FORMS` are the shapes people paste into a chat or a tool prints: keys of cloud providers
 and services, URLs and command lines with credentials, private keys, service-account JSON,
@@ -6,9 +6,6 @@ and services, URLs and command lines with credentials, private keys, service-acc
 generated from a fixed seed in each vendor's alphabet and length, so no scanner takes the
 source for a live key and the forms are the same on every run. `Form.secrets` are each
 form's distinctive parts: the form is caught when none of them is left in an output.
-
-`BENIGN` are tutorials, code, shell sessions, config docs and prose about tokens and keys;
-redaction should leave them as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from __future__ import annotations
 import base64
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _RANDOM = random.Random(35)
@@ -45,6 +43,9 @@ class Form:
     secrets: tuple[str, ...]
 
 
+_Add = Callable[..., None]  # add(name, text, *distinctive parts)
+
+
 def _pem(label: str, body: list[str], end: bool = True, sep: str = "\n") -> str:
     lines = [f"-----BEGIN {label}-----", *body]
     if end:
@@ -52,13 +53,7 @@ def _pem(label: str, body: list[str], end: bool = True, sep: str = "\n") -> str:
     return sep.join(lines)
 
 
-def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
-    out: list[Form] = []
-
-    def add(name: str, text: str, *secrets: str) -> None:
-        out.append(Form(name, text, secrets))
-
-    # --- cloud: AWS ---------------------------------------------------------------------
+def _cloud_aws(add: _Add) -> None:
     akia, aws_secret = "AKIA" + _r(16, _UPPER_NUM), _r(40, _B64)
     add("aws_credentials_file", f"[default]\naws_access_key_id = {akia}\n"
         f"aws_secret_access_key = {aws_secret}\nregion = eu-west-1", akia, aws_secret)
@@ -74,7 +69,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
         f"AWS4-HMAC-SHA256&X-Amz-Credential={presign_key}%2F20240501%2Fus-east-1%2Fs3%2F"
         "aws4_request&X-Amz-Date=20240501T120000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
         f"&X-Amz-Signature={signature}", presign_key, signature)
-    # --- cloud: Google ------------------------------------------------------------------
+
+
+def _cloud_google(add: _Add) -> None:
     aiza = "AIza" + _r(35, _URLSAFE)
     add("gcp_api_key_in_url",
         f"GET https://maps.googleapis.com/maps/api/geocode/json?address=Paris&key={aiza}", aiza)
@@ -94,7 +91,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("google_access_token", f"got access token {ya29} expires in 3599", ya29)
     refresh = "1//0g" + _r(100, _URLSAFE)
     add("google_refresh_token", f"refresh with {refresh} next time", refresh)
-    # --- cloud: Azure, DigitalOcean ------------------------------------------------------
+
+
+def _cloud_azure_digitalocean(add: _Add) -> None:
     account_key = _b64(64)
     add("azure_storage_connection_string", "DefaultEndpointsProtocol=https;AccountName=acme"
         f"prod;AccountKey={account_key};EndpointSuffix=core.windows.net", account_key)
@@ -111,7 +110,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
         f"AccountKey={cosmos};", cosmos)
     dop = "dop_v1_" + _r(64, _LOWER_HEX)
     add("digitalocean", f"doctl auth init --access-token {dop}", dop)
-    # --- AI providers ----------------------------------------------------------------------
+
+
+def _ai_providers(add: _Add) -> None:
     proj = "sk-proj-" + _r(48, _URLSAFE) + "T3BlbkFJ" + _r(48, _URLSAFE)
     add("openai_project", f'client = OpenAI(api_key="{proj}")', proj)
     ant = "sk-ant-api03-" + _r(93, _URLSAFE) + "-" + _r(6) + "AA"
@@ -130,7 +131,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("perplexity", f"pplx key is {pplx}", pplx)
     orouter = "sk-or-v1-" + _r(64, _LOWER_HEX)
     add("openrouter", f"OPENROUTER key {orouter}", orouter)
-    # --- code hosting, packages ----------------------------------------------------------
+
+
+def _code_hosting_packages(add: _Add) -> None:
     ghp = "ghp_" + _r(36)
     add("github_token_in_clone_url", f"git clone https://{ghp}@github.com/acme/app.git", ghp)
     gh_fine = "github_pat_11" + _r(20, _UPPER_NUM) + "_" + _r(59)
@@ -154,7 +157,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("twine_flag", f"twine upload -u __token__ -p {pypi2} dist/*", pypi2)
     dckr = "dckr_pat_" + _r(27, _URLSAFE)
     add("docker_hub", f"echo {dckr} | docker login -u acme --password-stdin", dckr)
-    # --- secrets managers, infra -----------------------------------------------------------
+
+
+def _secrets_managers_infra(add: _Add) -> None:
     hvs = "hvs." + _r(90, _URLSAFE)
     add("vault_login", f"vault login {hvs}", hvs)
     atlas_id, atlas = _r(14), _r(67, _URLSAFE)
@@ -171,7 +176,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("databricks", f"host = https://acme.cloud.databricks.com\ntoken {dapi}-2", dapi)
     doppler = "dp.st.prd." + _r(40)
     add("doppler", f"doppler run --token {doppler} -- ./start", doppler)
-    # --- work tools --------------------------------------------------------------------------
+
+
+def _work_tools(add: _Add) -> None:
     atatt = "ATATT3xFfGF0" + _r(180, _URLSAFE) + "=" + _r(8, _LOWER_HEX.upper())
     add("atlassian", f"curl -u me@acme.io:{atatt} https://acme.atlassian.net/rest/api/3/myself",
         atatt)
@@ -185,7 +192,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("postman", f"postman api key: {pmak}", pmak)
     airtable = "pat" + _r(14) + "." + _r(64, _LOWER_HEX)
     add("airtable", f"airtable PAT {airtable}", airtable)
-    # --- observability -------------------------------------------------------------------
+
+
+def _observability(add: _Add) -> None:
     glsa = f"glsa_{_r(32)}_{_r(8, _LOWER_HEX)}"
     add("grafana", f"grafana service account token {glsa}", glsa)
     nrak = "NRAK-" + _r(27, _UPPER_NUM)
@@ -195,7 +204,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     dsn_key = _r(32, _LOWER_HEX)
     add("sentry_dsn", f"sentry_sdk.init(dsn='https://{dsn_key}@o450123.ingest.sentry.io/5512')",
         dsn_key)
-    # --- chat, mail ------------------------------------------------------------------------
+
+
+def _chat_mail(add: _Add) -> None:
     xoxb = f"xoxb-{_r(12, string.digits)}-{_r(13, string.digits)}-{_r(24)}"
     add("slack_bot", f'{{"ok": true, "access_token": "{xoxb}"}}', xoxb)
     xoxp = f"xoxp-{_r(12, string.digits)}-{_r(12, string.digits)}-{_r(13, string.digits)}-" \
@@ -231,7 +242,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("mailgun", f"curl -s --user 'api:{mg}' https://api.mailgun.net/v3/acme/messages", mg)
     mc = _r(32, _LOWER_HEX) + "-us21"
     add("mailchimp", f"mailchimp key {mc}", mc)
-    # --- payments, commerce ----------------------------------------------------------------
+
+
+def _payments_commerce(add: _Add) -> None:
     sk_live = "sk_live_" + _r(99)
     add("stripe_live", f"stripe.api_key = '{sk_live}'", sk_live)
     rk = "rk_live_" + _r(99)
@@ -244,7 +257,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("square_oauth", f"application secret {sq0}", sq0)
     shpat = "shpat_" + _r(32, _LOWER_HEX)
     add("shopify", f"X-Shopify-Access-Token: {shpat}", shpat)
-    # --- URLs with credentials -------------------------------------------------------------
+
+
+def _urls_with_credentials(add: _Add) -> None:
     pg = _r(20)
     add("postgres_url", f"DATABASE_URL=postgres://app:{pg}@db.internal:5432/app", pg)
     mongo = _r(16)
@@ -261,7 +276,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     cld = _r(27, _URLSAFE)
     add("cloudinary_url", f"CLOUDINARY_URL=cloudinary://{_r(15, string.digits)}:{cld}@acme",
         cld)
-    # --- .env, config files ------------------------------------------------------------------
+
+
+def _env_config_files(add: _Add) -> None:
     add("dotenv_short_password", "DB_HOST=db\nDB_USER=app\nDB_PASSWORD=hunter2\nDB_PORT=5432",
         "hunter2")
     add("dotenv_plain_word", "SMTP_USER=mailer\nSMTP_PASSWORD=sunshine", "sunshine")
@@ -281,7 +298,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     maven = _r(16)
     add("maven_settings", f"<server>\n  <id>nexus</id>\n  <username>ci</username>\n"
         f"  <password>{maven}</password>\n</server>", maven)
-    # --- JWTs --------------------------------------------------------------------------------
+
+
+def _jwts(add: _Add) -> None:
     jwt_sig = _r(43, _URLSAFE)
     jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiIxMjM0NSIsImV4cCI6MTcwMDAwMDAwMH0." \
         + jwt_sig
@@ -299,7 +318,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("bearer_header", f"curl -H 'Authorization: Bearer {bearer}' https://api.acme.io", bearer)
     basic = base64.b64encode(f"admin:{_r(12)}".encode()).decode()
     add("basic_header", f"Authorization: Basic {basic}", basic)
-    # --- private keys ---------------------------------------------------------------------------
+
+
+def _private_keys(add: _Add) -> None:
     for label in ("RSA PRIVATE KEY", "OPENSSH PRIVATE KEY", "EC PRIVATE KEY", "DSA PRIVATE KEY",
                   "ENCRYPTED PRIVATE KEY", "PGP PRIVATE KEY BLOCK"):
         body = _pem_body()
@@ -319,7 +340,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
         + "\n".join(putty) + f"\nPrivate-MAC: {_r(64, _LOWER_HEX)}", *putty)
     age = "AGE-SECRET-KEY-1" + _r(58, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L")
     add("age_key", f"# created: 2024-05-01\n{age}", age)
-    # --- Kubernetes -----------------------------------------------------------------------------
+
+
+def _kubernetes(add: _Add) -> None:
     k8s_user, k8s_pass = base64.b64encode(b"admin").decode(), _b64(18)
     k8s_tls = _b64(60)
     add("k8s_secret_yaml", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db-creds\n"
@@ -336,7 +359,9 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
     add("kubeconfig_token", f"    token: {sa_token}", sa_token[40:80])
     docker_auth = base64.b64encode(f"acme:{_r(20)}".encode()).decode()
     add("docker_config", f'{{"auths": {{"ghcr.io": {{"auth": "{docker_auth}"}}}}}}', docker_auth)
-    # --- split across lines ------------------------------------------------------------------
+
+
+def _split_across_lines(add: _Add) -> None:
     wrapped = "ghp_" + _r(36)
     add("token_wrapped_with_backslash", f"export GITHUB_TOKEN={wrapped[:18]}\\\n"
         f"{wrapped[18:]}", wrapped[18:])
@@ -347,58 +372,28 @@ def _forms() -> list[Form]:  # noqa: PLR0915 - a table, one form a few lines
         quoted_wrap[20:])
     block = _r(24)
     add("yaml_block_scalar", f"db:\n  password: |\n    {block}\n  host: db", block)
+
+
+def _command_lines(add: _Add) -> None:
     curl_pw = _r(14)
     add("curl_user", f"curl -u deploy:{curl_pw} https://ci.acme.io/api/json", curl_pw)
     mysql_pw = _r(10)
     add("mysql_flag", f"mysql -h db -u root -p{mysql_pw} shop", mysql_pw)
     flag_pw = _r(12)
     add("password_flag", f"psql --host db --password {flag_pw} app", flag_pw)
+
+
+_FAMILIES = (_cloud_aws, _cloud_google, _cloud_azure_digitalocean, _ai_providers,
+             _code_hosting_packages, _secrets_managers_infra, _work_tools, _observability,
+             _chat_mail, _payments_commerce, _urls_with_credentials, _env_config_files, _jwts,
+             _private_keys, _kubernetes, _split_across_lines, _command_lines)
+
+
+def _forms() -> list[Form]:
+    out: list[Form] = []
+    for family in _FAMILIES:  # in this order: the seeded values stay the same
+        family(lambda name, text, *secrets: out.append(Form(name, text, secrets)))
     return out
 
 
 FORMS: tuple[Form, ...] = tuple(_forms())
-
-BENIGN: tuple[str, ...] = (
-    "def login(user, password: str) -> bool:\n    token = get_token()\n"
-    "    return check(user, password, token)",
-    "Password: choose a long one, at least twelve characters, and never reuse it.",
-    "@dataclass\nclass Settings:\n    api_key: str = \"\"\n    timeout: float = 30.0\n"
-    "    token: str | None = None",
-    "client = connect(host='db', user='app', password=None, sslmode='require')",
-    "# config.yaml\nservice:\n  url: https://api.example.com\n  secret: <your-secret-here>\n"
-    "  retries: 3",
-    "# .env.example\nAPI_KEY=changeme\nDB_PASSWORD=xxxx\nGITHUB_TOKEN=${GITHUB_TOKEN}\n"
-    "SECRET_KEY=<generate-one>",
-    "$ export OPENAI_API_KEY=\"$(pass show openai/api-key)\"\n$ python chat.py --model gpt-4o",
-    "Rotate your API keys every 90 days, and never commit tokens or passwords to git: use a "
-    "secret manager and reference the key by name.",
-    "Send the `Authorization: Bearer <token>` header, where <token> is your personal access "
-    "token from the settings page.",
-    "curl -H \"Authorization: Bearer $TOKEN\" https://api.example.com/v1/me | jq .name",
-    "`auth: basic` turns on basic auth; `auth: none` turns it off. The token: a short-lived "
-    "credential the server hands you after login.",
-    '{"type": "object", "properties": {"password": {"type": "string", "minLength": 12}, '
-    '"token": {"type": "string"}}}',
-    "SECRET_KEY = os.environ[\"DJANGO_SECRET_KEY\"]\nDEBUG = False\n"
-    "ALLOWED_HOSTS = [\"example.com\"]",
-    "token = request.headers.get(\"X-Token\")\nif not token:\n    raise PermissionError("
-    "\"token: missing\")",
-    "docker run -e POSTGRES_PASSWORD=$POSTGRES_PASSWORD -p 5432:5432 postgres:16",
-    "2024-05-01 12:00:01 INFO auth: login succeeded for user alice (2fa ok)",
-    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  LOG_LEVEL: debug\n"
-    "  FEATURES: search,export",
-    "interface Credentials {\n  username: string;\n  password: string;\n  token?: string;\n}",
-    "fn connect(url: &str, password: &str) -> Result<Conn, Error> {\n    todo!()\n}",
-    "max_tokens: 1024, temperature: 0.2, top_p: 0.9, stop: [\"\\n\\n\"]",
-    "git clone git@github.com:acme/app.git && cd app && make test",
-    "print(f\"token: {token[:4]}...\")  # never log the whole token",
-    "Use `password = getpass.getpass()` so the password is not echoed; see the docs.",
-    "env:\n  GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}\n  NPM_TOKEN: ${{ secrets.NPM_TOKEN }}",
-    "ansible_become_password: \"{{ vault_become_pass }}\"\nansible_user: deploy",
-    "variable \"db_password\" {\n  type      = string\n  sensitive = true\n}",
-    "ALTER USER app WITH PASSWORD 'new-password-here';",
-    "const token = await getToken();\nconst password = process.env.DB_PASSWORD;",
-    "docker exec -u 1000:1000 app ls -la /srv && sort -u names.txt",
-    "A JWT has three parts: header, payload and signature, each base64url-encoded and "
-    "joined by dots.",
-)
