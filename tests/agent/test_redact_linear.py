@@ -80,6 +80,8 @@ NEW_SHAPES: dict[str, Callable[[int], str]] = {
     "airtable_heads": lambda n: _repeat("pat" + "a" * 14 + ".", n, tail="." + "a" * 64),
     "atlas_heads": lambda n: _repeat(".atlasv1.", n),
     "doppler_dots": lambda n: _repeat("dp.st.", n),
+    "github_pat_heads": lambda n: _repeat("github_pat_", n),
+    "discord_token_parts": lambda n: _repeat("M" * 25 + ".aaaaaa." + "a" * 40 + ".", n),
 }
 SHAPES = {**REPORTED, **NEW_SHAPES}
 NEW_FRAGMENTS = (
