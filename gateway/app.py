@@ -301,6 +301,8 @@ class Gateway(Intake, Recovering):
             return None
         command = parse_command(msg.text) if msg.may_command else None
         if not self._addressed(msg, command) or self._says_nothing(msg):
+            if msg.is_group:
+                await self._overheard(msg, command)
             await self.outbound.delivered(msg.chat, (msg.message_id,))  # nothing to say
             return None
         if not self.auth.is_allowed(msg):

@@ -25,6 +25,7 @@ from agent.turns import (
     TurnFailed,
     TurnResult,
 )
+from gateway.groups import RoomContext
 from gateway.hygiene import needs_hygiene
 from gateway.metrics import Metrics
 from gateway.outbound import Outgoing
@@ -61,8 +62,10 @@ class Conversations:
                  summary_provider: Provider | None, engine_factory: EngineFactory,
                  system_prompt: str, settings: AgentSettings, max_agents: int = 1024,
                  prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None,
-                 tool_dir: Path | None = None, files: AttachmentFiles | None = None) -> None:
+                 tool_dir: Path | None = None, files: AttachmentFiles | None = None,
+                 room: RoomContext | None = None) -> None:
         self.store = store
+        self.room = room  # group messages kept unaddressed, shown with the next mention
         self.files = files  # attachments, a directory per chat
         self.plugin_tools = plugin_tools()  # loaded once; each chat's registry holds them
         self.tool_dir = tool_dir  # saved tool outputs, a directory per chat
@@ -269,6 +272,8 @@ class Conversations:
                             checked: bool) -> tuple[SessionRecord, Agent]:
         pending = [r for r in records if r.status == "pending"]
         messages = [user_message(r, parts.get(r.id, ())) for r in pending]
+        room = await self.room.block(chat_key, pending) if self.room and pending else None
+        messages = [room, *messages] if room is not None else messages
         session, agent = await self.agent_for(chat_key)
         if not pending:
             return session, agent

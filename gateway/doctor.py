@@ -21,6 +21,7 @@ from agent.errors import ProviderError, plain_error
 from agent.providers.base import ProviderSettings
 from agent.providers.classify import extract_info
 from gateway.config import Config, ConfigError, require_platforms, resolve_config
+from gateway.config.groups import GroupSettings
 
 NETWORK_TIMEOUT_S = 5.0
 GGUF_MAGIC = b"GGUF"
@@ -242,7 +243,18 @@ async def check_telegram(config: Config) -> Result:
         return Result("telegram", False, f"{where}: {plain_error(exc, known=tg.token)}")
     finally:
         await bot.shutdown()
+    if reads_the_room(tg) and not bot.can_read_all_group_messages:
+        return Result("telegram", False, f"@{bot.username} has privacy mode on, so it never "
+                      "sees unaddressed group messages (group_context, wake_words, "
+                      "free_response): turn it off with @BotFather's /setprivacy, then add "
+                      "the bot to its groups again")
     return Result("telegram", True, f"@{bot.username} via {where}")
+
+
+def reads_the_room(settings: GroupSettings) -> bool:
+    """Whether the bot needs every group message, not only those addressed to it."""
+    return bool(settings.group_context.enabled or settings.wake_words
+                or settings.free_response)
 
 
 # The application's flags for the Message Content intent: approved (verified apps) or the

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Mapping
 
 from gateway.auth import Authorizer
 from gateway.commands import Invocation
+from gateway.conversations import Conversations
 from gateway.jobs import extra_of
 from gateway.outbound import Outbound
 from gateway.worker import GENERIC_FAILURE
@@ -25,9 +26,10 @@ class NotStored(Exception):
 
 
 class Intake:
-    """Mixed into Gateway: its store, adapters, outbound and authorizer."""
+    """Mixed into Gateway: its store, adapters, outbound, authorizer and conversations."""
 
     store: SessionStore
+    conversations: Conversations
     adapters: Mapping[str, PlatformAdapter]
     outbound: Outbound
     auth: Authorizer
@@ -90,6 +92,16 @@ class Intake:
             log.info("ignoring /%s in %s: it is addressed to @%s", command.name, msg.chat_key,
                      command.bot)
             return False
-        # Unaddressed group chatter never reaches the model.
-        return not msg.is_group or msg.addressed_to_bot or msg.reply_to_bot
+        # Unaddressed group chatter never causes a model call (it may be kept as context).
+        if not msg.is_group:
+            return True
+        room = self.conversations.room
+        return room.rooms.addressed(msg) if room else msg.addressed_to_bot or msg.reply_to_bot
+
+    async def _overheard(self, msg: InboundMessage, command: Invocation | None) -> None:
+        """An unaddressed message: kept as room context when its group keeps it and its
+        sender may talk to the bot (a stranger's words never reach the model)."""
+        room = self.conversations.room
+        if room is not None and command is None and self.auth.is_allowed(msg):
+            await room.observe(msg)
 

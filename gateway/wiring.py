@@ -22,6 +22,7 @@ from gateway.auth import Authorizer
 from gateway.commands import CommandTable
 from gateway.config import Config
 from gateway.conversations import Conversations
+from gateway.groups import RoomContext, Rooms
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.pricing import Price
 from gateway.resets import Clock, ResetPolicy, utc_now
@@ -111,7 +112,14 @@ def build_conversations(config: Config, store: SessionStore,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,
                          max_agents=config.gateway.cached_agents,
-                         tool_dir=tool_outputs(config), files=attachment_files(config, store))
+                         tool_dir=tool_outputs(config), files=attachment_files(config, store),
+                         room=RoomContext(store, build_rooms(config)))
+
+
+def build_rooms(config: Config) -> Rooms:
+    """What each platform's group settings say: wake words, free-response chats, room
+    context (docs/groups.md)."""
+    return Rooms({"telegram": config.platforms.telegram, "discord": config.platforms.discord})
 
 
 def attachment_files(config: Config, store: SessionStore) -> AttachmentFiles:

@@ -13,6 +13,7 @@ from storage.models import (
     Delivery,
     InboundRecord,
     NewMessage,
+    ObservedMessage,
     OutChunk,
     SearchHit,
     SessionRecord,
@@ -274,6 +275,18 @@ class SessionStore(ABC):
     @abstractmethod
     async def put_setting(self, key: str, value: str) -> None:
         """Keep (or replace) a value between runs."""
+
+    # --- room context (docs/groups.md) ---------------------------------------------------
+    @abstractmethod
+    async def observe(self, message: ObservedMessage) -> None:
+        """Keep an unaddressed group message; a redelivered one is a no-op."""
+
+    @abstractmethod
+    async def observed(self, chat_key: str, first_inbound: int, until: float, since: float,
+                       limit: int) -> list[ObservedMessage]:
+        """The chat's kept messages, newest first (at most `limit`), received after
+        `since` and after the chat's ledger row before `first_inbound`, and before `until`:
+        what was said in the room since the bot was last addressed."""
 
     # --- usage -----------------------------------------------------------------------
     @abstractmethod

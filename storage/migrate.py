@@ -51,8 +51,10 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("settings", "key, value, updated_at"),
     ("chat_moves", "platform, old_chat_id, new_chat_id, moved_at"),
     ("previews", "inbound_id, position, platform_message_id"),
+    ("observed", "id, platform, chat_key, message_id, sender_id, sender_name, text,"
+                 " received_at"),
 )
-_IDENTITIES = ("messages", "usage", "inbound")
+_IDENTITIES = ("messages", "usage", "inbound", "observed")
 FILE_DIRS = ("attachments", "tool_outputs")  # beside the file; their namespaces on the shelf
 
 

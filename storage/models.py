@@ -203,6 +203,19 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class ObservedMessage:
+    """A group message not addressed to the bot, kept as room context (docs/groups.md)."""
+
+    platform: str
+    chat_key: str
+    message_id: str
+    sender_id: str | None
+    sender_name: str | None
+    text: str
+    received_at: float
+
+
+@dataclass(frozen=True)
 class SearchHit:
     session_id: str
     chat_key: str

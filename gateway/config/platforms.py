@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gateway.config.base import OptStr, Section, rule_error
+from gateway.config.groups import GroupSettings
 
 
 class ConsoleConfig(Section):
@@ -20,7 +21,7 @@ class TelegramWebhookConfig(Section):
     secret_token: OptStr = Field(None, pattern=r"^[A-Za-z0-9_-]{1,256}$")
 
 
-class TelegramConfig(Section):
+class TelegramConfig(GroupSettings):
     enabled: bool = False
     token: OptStr = None
     mode: Literal["polling", "webhook"] = "polling"
@@ -48,7 +49,7 @@ class TelegramConfig(Section):
         return self
 
 
-class DiscordConfig(Section):
+class DiscordConfig(GroupSettings):
     enabled: bool = False
     token: OptStr = None
     api_base: OptStr = None

@@ -46,13 +46,14 @@ from storage.postgres.connecting import (
 from storage.postgres.coordination import PostgresCoordination
 from storage.postgres.deliveries import DeliveryRows
 from storage.postgres.files import PostgresShelf
+from storage.postgres.observed import ObservedRows
 from storage.urls import mask_url, scrub
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Work = Callable[[q.Con], Awaitable[T]]
 
-class PostgresSessionStore(DeliveryRows, SessionStore):
+class PostgresSessionStore(DeliveryRows, ObservedRows, SessionStore):
     """`storage: {url: postgresql://user@host/db}`: a store several processes share."""
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10,

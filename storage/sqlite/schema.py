@@ -237,10 +237,27 @@ _V10_DELIVERY_FAULTS = (
     )""",
 )
 
+# Schema 11: group messages kept as room context (docs/groups.md).
+_V11_OBSERVED = (
+    """CREATE TABLE observed (
+        id INTEGER PRIMARY KEY,
+        platform TEXT NOT NULL,
+        chat_key TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        sender_id TEXT,
+        sender_name TEXT,
+        text TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        UNIQUE (platform, chat_key, message_id)
+    )""",
+    "CREATE INDEX observed_by_chat ON observed(chat_key, received_at)",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
                                            _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY,
                                            _V7_ATTACHMENT_SEARCH, _V8_TURN_INDEXES,
-                                           _V9_ATTEMPTS, _V10_DELIVERY_FAULTS)
+                                           _V9_ATTEMPTS, _V10_DELIVERY_FAULTS,
+                                           _V11_OBSERVED)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

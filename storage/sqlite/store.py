@@ -37,6 +37,7 @@ from storage.sqlite import continuation, integrity
 from storage.sqlite import queries as q
 from storage.sqlite.connection import Db, SqliteConnection
 from storage.sqlite.deliveries import DeliveryRows
+from storage.sqlite.observed import ObservedRows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,7 +47,7 @@ LIGHT_HISTORY = 500  # messages a history may have to be read on the loop itself
 _RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
 
 
-class SqliteSessionStore(DeliveryRows, SessionStore):
+class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
     """The embedded store: `async with SqliteSessionStore(path) as store: ...`."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,

@@ -302,3 +302,11 @@ async def test_the_running_services_pulse_is_reported(setup, largest_s, age_s, c
     ran = await doctor(setup)
     assert ran.code == code, ran.out
     assert lines(ran)["event loop"].startswith(says)
+
+
+async def test_reading_the_room_needs_privacy_mode_off(setup, fake_telegram):
+    setup.telegram["group_context"] = {"enabled": True}
+    refused = await doctor(setup)
+    assert refused.code == 1 and "/setprivacy" in lines(refused)["telegram"]
+    fake_telegram.privacy_off = True
+    assert (await doctor(setup)).code == 0

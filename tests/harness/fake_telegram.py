@@ -87,6 +87,8 @@ class FakeTelegram(FakeServer):
         self.file_store = FileStore()
         self.updates = UpdateFactory(self.bot_id, bot_username, files=self.file_store)
         self.admins: dict[int, set[int]] = defaultdict(set)
+        # Privacy mode (on by default): getMe says the bot cannot read every group message.
+        self.privacy_off = False
         self.owners: dict[int, int] = {}
         self.files: dict[str, bytes] = self.file_store.data  # the same dict
         self.webhook = Webhook()
@@ -331,7 +333,7 @@ class FakeTelegram(FakeServer):
 
     async def _get_me(self, p: Params) -> dict[str, Any]:
         return {**self.updates.bot_user, "can_join_groups": True,
-                "can_read_all_group_messages": False, "supports_inline_queries": False,
+                "can_read_all_group_messages": self.privacy_off, "supports_inline_queries": False,
                 "can_connect_to_business": False, "has_main_web_app": False}
 
     async def _get_updates(self, p: Params) -> list[dict[str, Any]]:
