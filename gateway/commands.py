@@ -167,6 +167,7 @@ async def _status(call: CommandCall) -> str:
         f"({status.usage_percent:.0f}%)",
         f"Compactions: {status.compression_count}",
         f"Session: {session.id}",
+        *filter(None, [call.conversations.chats.describe(call.msg.chat_key)]),
         *(await _admin_lines(call)),
     ])
 

@@ -15,8 +15,7 @@ from agent.context_engine import ContextEngine, EngineFactory
 from agent.providers.base import Provider
 from agent.tokens import CHARS_PER_TOKEN, estimate_text, over_share
 from agent.tools.budget import RETENTION_S, OutputBudget, chat_directory
-from agent.tools.builtin import Found, history_search
-from agent.tools.registry import ToolRegistry, engine_tools, plugin_tools
+from agent.tools.registry import ToolRegistry, plugin_tools
 from agent.turns import (
     AgentSettings,
     CompactResult,
@@ -25,6 +24,8 @@ from agent.turns import (
     TurnFailed,
     TurnResult,
 )
+from gateway.chat_settings import PerChat
+from gateway.chat_tools import chat_tools
 from gateway.groups import RoomContext
 from gateway.hygiene import needs_hygiene
 from gateway.metrics import Metrics
@@ -63,8 +64,11 @@ class Conversations:
                  system_prompt: str, settings: AgentSettings, max_agents: int = 1024,
                  prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None,
                  tool_dir: Path | None = None, files: AttachmentFiles | None = None,
-                 room: RoomContext | None = None) -> None:
+                 room: RoomContext | None = None, chats: PerChat | None = None,
+                 providers: Mapping[str, Provider] | None = None) -> None:
         self.store = store
+        self.chats = chats or PerChat()  # a chat's own settings (`chats:`)
+        self.providers = dict(providers or {})  # the chats' own models, by name
         self.room = room  # group messages kept unaddressed, shown with the next mention
         self.files = files  # attachments, a directory per chat
         self.plugin_tools = plugin_tools()  # loaded once; each chat's registry holds them
@@ -83,27 +87,18 @@ class Conversations:
 
     def _tools(self, chat_key: str, engine: ContextEngine, budget: OutputBudget | None
                ) -> ToolRegistry | None:
-        """What this chat's model may call: none on the local model (it has no tool use);
-        else history search over this chat only, reading saved outputs back, the
-        engine's own tools and installed plugins."""
-        if self.provider.kind == "local":
+        """What this chat's model may call: none on the local model (it has no tool use)."""
+        if self.provider_for(chat_key).kind == "local":
             return None
+        return chat_tools(self.store, chat_key, engine, budget, self.plugin_tools)
 
-        async def search(query: str, limit: int) -> list[Found]:
-            # Earlier tool results would echo old searches back, and a message carried
-            # verbatim into a continuation is stored twice: keep one of each text.
-            hits = await self.store.search(query, chat_key=chat_key, limit=limit * 4)
-            found, seen = [], set()
-            for h in hits:
-                if h.role != "tool" and h.snippet not in seen:
-                    seen.add(h.snippet)
-                    found.append(Found(h.session_id, h.seq, h.role, h.snippet, h.created_at))
-            return found[:limit]
+    def provider_for(self, chat_key: str) -> Provider:
+        """The chat's own model (`chats:`), else the configured one."""
+        model = self.chats.get(chat_key, "model")
+        return self.providers.get(model, self.provider) if model else self.provider
 
-        tools = [history_search(search), *engine_tools(engine), *self.plugin_tools]
-        if budget is not None:
-            tools.append(budget.reader())
-        return ToolRegistry(tools)
+    def _prompt(self, chat_key: str) -> str:
+        return self.chats.get(chat_key, "system_prompt") or self.system_prompt
 
     def log_startup(self) -> None:
         """One line: is the conversation prefix cached, for which model, for how long."""
@@ -139,24 +134,24 @@ class Conversations:
     async def live_session(self, chat_key: str) -> SessionRecord:
         """The chat's live session; a new root, made atomically, when it has none. No
         store call while the store remembers the chat; one (a write) when it does not."""
+        prompt = self._prompt(chat_key)
         return await self.store.open_session(
-            chat_key, model=self.provider.model, system_prompt=self.system_prompt,
-            system_message=new_message(self._system_message()))
-
-    def _system_message(self) -> dict[str, Any]:
-        return {"role": "system", "content": self.system_prompt}
+            chat_key, model=self.provider_for(chat_key).model, system_prompt=prompt,
+            system_message=new_message({"role": "system", "content": prompt}))
 
     async def _load_agent(self, session: SessionRecord) -> Agent:
         budget = (OutputBudget(chat_directory(self.tool_dir, session.chat_key),
                                self.provider.context_length, self.tool_shelf)
                   if self.tool_dir else None)
-        agent = Agent.create(self.provider, self.engine_factory, self.settings,
+        agent = Agent.create(self.provider_for(session.chat_key), self.engine_factory,
+                             self.settings,
                              summary_provider=self.summary_provider, limits=self.limits,
                              tools=lambda engine: self._tools(session.chat_key, engine, budget),
                              budget=budget, files=self.files)
+        prompt = self._prompt(session.chat_key)
         if session.kind == "root" and session.message_count == 1 \
-                and session.system_prompt == self.system_prompt:
-            history = [self._system_message()]  # a new root holds just what we wrote in it
+                and session.system_prompt == prompt:
+            history = [{"role": "system", "content": prompt}]  # just what we wrote in it
         else:
             history = [m.message for m in await self.store.load_history(session.id)]
         agent.load(history, session.engine_state)

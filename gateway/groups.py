@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from agent.redact import redact
 from agent.tokens import estimate_text
+from gateway.chat_settings import PerChat
 from gateway.config.groups import GroupContextConfig, GroupSettings
 from gateway.speakers import label
 from gateway.turn_records import new_message
@@ -38,29 +39,50 @@ def _wake_pattern(words: Sequence[str]) -> re.Pattern[str] | None:
 
 
 class Rooms:
-    """What each platform's group settings say about one message or chat."""
+    """What each platform's group settings, and each chat's own (`chats:`), say about one
+    message or chat."""
 
-    def __init__(self, settings: Mapping[str, GroupSettings]) -> None:
+    def __init__(self, settings: Mapping[str, GroupSettings],
+                 chats: PerChat | None = None) -> None:
         self._settings = dict(settings)
+        self.chats = chats or PerChat()
         self._wake = {name: _wake_pattern(s.wake_words) for name, s in settings.items()}
         self._free = {name: frozenset(s.free_response) for name, s in settings.items()}
+        self._chat_wake: dict[str, re.Pattern[str] | None] = {}
 
     def addressed(self, msg: InboundMessage) -> bool:
-        """A group message is for the bot when it mentions or answers it, says a wake word,
-        or comes in a free-response chat (a group's key covers its topics)."""
-        if msg.addressed_to_bot or msg.reply_to_bot:
+        """A group message is for the bot when it mentions or answers it (or needs no
+        mention there), says a wake word, or comes in a free-response chat."""
+        if msg.reply_to_bot:
+            return True
+        require = self.chats.get(msg.chat_key, "require_mention")
+        if require is None and msg.addressed_to_bot:
+            return True
+        mentioned = msg.addressed_to_bot if msg.mentioned is None else msg.mentioned
+        if require is not None and (not require or mentioned):
             return True
         free = self._free.get(msg.platform, frozenset())
         if free and (msg.chat_key in free
                      or ChatRef(msg.platform, msg.chat_id).key in free):
             return True
-        wake = self._wake.get(msg.platform)
+        wake = self._wake_for(msg.platform, msg.chat_key)
         return wake is not None and wake.search(msg.text) is not None
 
-    def context(self, platform: str) -> GroupContextConfig | None:
-        """The room-context settings of a platform, when it keeps room context."""
+    def _wake_for(self, platform: str, chat_key: str) -> re.Pattern[str] | None:
+        found = self.chats.find(chat_key, "wake_words")
+        if found is None:
+            return self._wake.get(platform)
+        words, key = found
+        if key not in self._chat_wake:
+            self._chat_wake[key] = _wake_pattern(words)
+        return self._chat_wake[key]
+
+    def context(self, platform: str, chat_key: str) -> GroupContextConfig | None:
+        """The chat's room-context settings, when it keeps room context."""
+        own = self.chats.get(chat_key, "group_context")
         settings = self._settings.get(platform)
-        return settings.group_context if settings and settings.group_context.enabled else None
+        context = own or (settings.group_context if settings else None)
+        return context if context is not None and context.enabled else None
 
 
 class RoomContext:
@@ -75,7 +97,8 @@ class RoomContext:
         messages, edits, deletions and messages with nothing visible are never kept.
         Best effort: a store that cannot take it costs that context, nothing else."""
         if (not msg.is_group or msg.is_bot or msg.is_edit or msg.is_delete
-                or not visible(msg.text) or self.rooms.context(msg.platform) is None):
+                or not visible(msg.text)
+                or self.rooms.context(msg.platform, msg.chat_key) is None):
             return
         kept = ObservedMessage(msg.platform, msg.chat_key, msg.message_id, msg.user_id,
                                msg.user_name, redact(msg.text), time.time())
@@ -90,7 +113,7 @@ class RoomContext:
         """What was said in the room since the bot was last addressed, as one marked user
         message to go before this turn's messages; None when there is nothing to show."""
         first = records[0]
-        settings = self.rooms.context(first.platform)
+        settings = self.rooms.context(first.platform, chat_key)
         if settings is None or not first.extra.get("is_group"):
             return None
         since = time.time() - settings.max_age_minutes * 60

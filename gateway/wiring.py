@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from agent.tools.budget import clean_old_outputs
 from gateway.app import Gateway
 from gateway.attachments import MB, ReaderSettings
 from gateway.auth import Authorizer
+from gateway.chat_settings import PerChat
 from gateway.commands import CommandTable
 from gateway.config import Config
 from gateway.conversations import Conversations
@@ -108,18 +110,32 @@ def build_conversations(config: Config, store: SessionStore,
     summary_provider = MeteredProvider(build_provider(aux) if aux is not None else main,
                                        metrics, "summary")
     prices = build_prices(config)
+    chats = PerChat(config.chats)
+    providers = {name: MeteredProvider(build_provider(chat_model_settings(config, name)),
+                                       metrics, "chat") for name in chats.models()}
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,
                          max_agents=config.gateway.cached_agents,
                          tool_dir=tool_outputs(config), files=attachment_files(config, store),
-                         room=RoomContext(store, build_rooms(config)))
+                         room=RoomContext(store, build_rooms(config, chats)), chats=chats,
+                         providers=providers)
 
 
-def build_rooms(config: Config) -> Rooms:
-    """What each platform's group settings say: wake words, free-response chats, room
-    context (docs/groups.md)."""
-    return Rooms({"telegram": config.platforms.telegram, "discord": config.platforms.discord})
+def build_rooms(config: Config, chats: PerChat) -> Rooms:
+    """What each platform's group settings and each chat's own say: wake words,
+    free-response chats, room context (docs/groups.md)."""
+    return Rooms({"telegram": config.platforms.telegram, "discord": config.platforms.discord},
+                 chats)
+
+
+def chat_model_settings(config: Config, name: str) -> ProviderSettings:
+    """A chat's own model (`chats: {KEY: {model: NAME}}`): the configured provider, that
+    model; cached when the provider caches that model."""
+    m = config.model
+    return replace(main_settings(config), model=name, vision=None,
+                   cache_ttl=(config.prompt_caching.cache_ttl
+                              if caching.applies(m.provider, name) else None))
 
 
 def attachment_files(config: Config, store: SessionStore) -> AttachmentFiles:

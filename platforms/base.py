@@ -88,6 +88,9 @@ class InboundMessage:
     # False: text that looks like `/word` but is not a command for us (a Discord guild
     # message not addressed to the bot, or naming no command of ours): plain text.
     may_command: bool = True
+    # Mentioned the bot (or wrote in its own thread), whatever `require_mention` says;
+    # None: as `addressed_to_bot`. Lets one chat require a mention its platform does not.
+    mentioned: bool | None = None
 
     @property
     def chat(self) -> ChatRef:

@@ -17,7 +17,7 @@ class GroupContextConfig(Section):
     max_age_minutes: float = Field(120, gt=0)
 
 
-def _words(value: list[str]) -> list[str]:
+def words(value: list[str]) -> list[str]:
     words = [w.strip() for w in value]
     for word in words:
         if not word or len(word) > 64 or "\n" in word:
@@ -38,4 +38,4 @@ class GroupSettings(Section):
     @field_validator("wake_words")
     @classmethod
     def _check_words(cls, value: list[str]) -> list[str]:
-        return _words(value)
+        return words(value)

@@ -32,6 +32,7 @@ from gateway.config.base import (
     resolve_path,
     rule_error,
 )
+from gateway.config.chats import ChatSettings, check_chat_keys
 from gateway.config.platforms import PlatformsConfig
 from storage.urls import url_password
 
@@ -289,6 +290,8 @@ class Config(Section):
         default_factory=dict)  # by model name, as the provider names it
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
+    chats: Annotated[dict[str, ChatSettings], BeforeValidator(_none_to_mapping),
+                     AfterValidator(check_chat_keys)] = Field(default_factory=dict)
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 

@@ -124,8 +124,9 @@ def from_message(message: discord.Message, bot_id: int, *, require_mention: bool
                  ) -> InboundMessage:
     guild = message.guild is not None
     chat_id, thread_id = place(message.channel, message.channel.id)
-    to_us, reply_to_bot = (addressed(message, bot_id, require_mention=require_mention)
-                           if guild else (True, False))
+    mentioned, reply_to_bot = (addressed(message, bot_id, require_mention=True)
+                               if guild else (True, False))
+    to_us = mentioned or not require_mention
     text, attachments = _content(message, bot_id)
     command = may_command(text, commands, guild=guild, to_us=to_us or reply_to_bot)
     admin_hint = (guild and to_us and command and text.startswith("/")
@@ -136,7 +137,7 @@ def from_message(message: discord.Message, bot_id: int, *, require_mention: bool
         user_name=message.author.display_name, is_group=guild, addressed_to_bot=to_us,
         is_admin_hint=admin_hint, reply_to_bot=reply_to_bot,
         is_bot=message.author.bot or message.author.id == bot_id, is_edit=edited,
-        attachments=attachments, may_command=command)
+        attachments=attachments, may_command=command, mentioned=mentioned)
 
 
 def from_interaction(interaction: discord.Interaction, text: str) -> InboundMessage:

@@ -144,14 +144,15 @@ def to_inbound(message: Message, bot: User, *, edited: bool,
     if sender is None:
         return None  # a channel's own post, not a message to the bot
     user_id, user_name, is_bot, admin = sender
-    to_us, reply_to_bot = addressed(message, bot, require_mention=require_mention) \
+    mentioned, reply_to_bot = addressed(message, bot, require_mention=True) \
         if group else (True, False)
+    to_us = mentioned or not require_mention
     return InboundMessage(
         platform="telegram", chat_id=str(chat.id), user_id=user_id,
         message_id=str(message.message_id), text=text, thread_id=thread_of(message),
         user_name=user_name, is_group=group, addressed_to_bot=to_us,
         is_admin_hint=admin, reply_to_bot=reply_to_bot, is_bot=is_bot,
-        is_edit=edited, attachments=attachments)
+        is_edit=edited, attachments=attachments, mentioned=mentioned)
 
 
 def _sender(message: Message) -> tuple[str, str | None, bool, bool] | None:

@@ -29,7 +29,8 @@ def model_calls(fake) -> int:
 def session_of_message(db, text: str) -> str:
     with closing(sqlite3.connect(db)) as conn:
         [(session,)] = conn.execute(  # the text after its sender's label
-            "SELECT session_id FROM messages WHERE content LIKE '%]: ' || ?", (text,))
+            "SELECT session_id FROM messages WHERE role = 'user' AND content LIKE '%]: ' || ?",
+            (text,))
     return session
 
 
