@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.caching import mark  # noqa: E402
 from gateway.config import load_config  # noqa: E402
 from gateway.wiring import create_gateway  # noqa: E402
+from tests.harness.anthropic_cache import without_markers  # noqa: E402
 from tests.harness.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.harness.gateway import summarizing_responder, write_config  # noqa: E402
 from tests.harness.platform import RecordingPlatform  # noqa: E402
@@ -84,15 +85,6 @@ async def conversation(turns: int, window: int, *, room: bool = False) -> dict[s
             "pairs": pairs}
 
 
-def _bare(value: Any) -> Any:
-    """A request part without its cache markers (they move to the newest messages)."""
-    if isinstance(value, dict):
-        return {k: _bare(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_bare(v) for v in value]
-    return value
-
-
 def _text(message: dict[str, Any]) -> str:
     content = message["content"]
     return content if isinstance(content, str) else " ".join(
@@ -108,7 +100,7 @@ def _handoff(body: dict[str, Any]) -> str | None:
 def stable_prefixes(bodies: list[dict[str, Any]]) -> tuple[int, int]:
     """(requests whose messages begin with the previous request's, pairs compared): chat
     requests only; a pair across a compaction (a new summary) is not compared."""
-    chats = [_bare(b) for b in bodies if "handoff checkpoint" not in str(b.get("system"))]
+    chats = [without_markers(b) for b in bodies if "handoff checkpoint" not in str(b.get("system"))]
     kept = pairs = 0
     for before, after in zip(chats, chats[1:], strict=False):
         if _handoff(before) != _handoff(after):

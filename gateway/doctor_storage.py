@@ -59,19 +59,20 @@ async def check_postgres(url: str) -> Result:
                                          f"({plain_error(scrub(str(exc), url), limit=160)})")
     finally:
         await con.close()
-    return _judge_version(label, int(version or 0))
-
-
-def _judge_version(label: str, version: int) -> Result:
     from storage.postgres.schema import SCHEMA_VERSION
 
-    if version > SCHEMA_VERSION:
+    return _judge_version(label, int(version or 0), SCHEMA_VERSION)
+
+
+def _judge_version(label: str, version: int, newest: int) -> Result:
+    """A database's schema against `newest`, the newest this release knows."""
+    if version > newest:
         return Result("database", False, f"{label} has schema v{version}, newer than this "
-                                         f"Threadline understands (v{SCHEMA_VERSION}); "
+                                         f"Threadline understands (v{newest}); "
                                          "upgrade Threadline")
-    if version < SCHEMA_VERSION:
+    if version < newest:
         return Result("database", True, f"{label}: schema v{version} "
-                                        f"(will be migrated to v{SCHEMA_VERSION})")
+                                        f"(will be migrated to v{newest})")
     return Result("database", True, f"{label}: schema v{version}")
 
 
@@ -150,12 +151,5 @@ def _judge(db: Path, version: int, verdict: str) -> Result:
     if verdict != "ok":
         return Result("database", False, f"{db} is damaged (quick_check: {plain_error(verdict)});"
                                          " restore it from a backup")
-    if version > SCHEMA_VERSION:
-        return Result("database", False, f"{db} has schema v{version}, newer than this "
-                                         f"Threadline understands (v{SCHEMA_VERSION}); "
-                                         "upgrade Threadline")
-    if version < SCHEMA_VERSION:
-        return Result("database", True, f"{db}: schema v{version} "
-                                        f"(will be migrated to v{SCHEMA_VERSION})")
-    return Result("database", True, f"{db}: schema v{version}")
+    return _judge_version(str(db), version, SCHEMA_VERSION)
 

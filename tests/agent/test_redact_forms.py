@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -101,24 +101,6 @@ async def test_forms_never_reach_the_summarizer_or_the_stored_summary(
 
 
 # --- log lines -------------------------------------------------------------------------------
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """configure_logging rewires the root logger and quietens some libraries: undo both."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    levels = {name: logger.level for name, logger in logging.root.manager.loggerDict.items()
-              if isinstance(logger, logging.Logger)}
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
-    for name, logger in logging.root.manager.loggerDict.items():
-        if isinstance(logger, logging.Logger):
-            logger.setLevel(levels.get(name, logging.NOTSET))
-
-
 def _log_every_form(tmp_path: Path, log_format: str) -> str:
     """Each form once as a message argument and once inside a traceback, through the
     gateway's own logging setup (no configured secret to mask: only the patterns work)."""

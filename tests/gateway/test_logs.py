@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,27 +17,6 @@ from tests.harness.secret_forms import FORMS
 # Fake secrets, assembled so no scanner takes them for live ones.
 PATTERN_KEY = "sk-" + "AbCdEfGhIjKlMnOpQrStUvWx0123456789abcdefghijkl"
 CONFIGURED_KEY = "plain-configured-" + "value-42"  # fits no pattern: masked as configured
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """configure_logging rewires the root logger and quietens some libraries: undo both."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    levels = {name: logger.level for name, logger in _loggers()}
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
-    for name, logger in _loggers():
-        logger.setLevel(levels.get(name, logging.NOTSET))
-
-
-def _loggers() -> list[tuple[str, logging.Logger]]:
-    return [(name, logger) for name, logger in logging.root.manager.loggerDict.items()
-            if isinstance(logger, logging.Logger)]
 
 
 def test_json_log_lines_keep_the_traceback_but_not_the_secrets_in_it(

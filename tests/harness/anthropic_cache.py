@@ -58,11 +58,12 @@ def _content_blocks(content: Any) -> list[Any]:
     return content if isinstance(content, list) else []
 
 
-def _without_markers(value: Any) -> Any:
+def without_markers(value: Any) -> Any:
+    """A request part without its cache markers (they move to the newest messages)."""
     if isinstance(value, dict):
-        return {k: _without_markers(v) for k, v in value.items() if k != "cache_control"}
+        return {k: without_markers(v) for k, v in value.items() if k != "cache_control"}
     if isinstance(value, list):
-        return [_without_markers(v) for v in value]
+        return [without_markers(v) for v in value]
     return value
 
 
@@ -111,7 +112,7 @@ def prompt_blocks(body: dict[str, Any]) -> list[PromptBlock]:
     digest = hashlib.sha256(str(body.get("model", "")).encode()).hexdigest()
     blocks = []
     for where, identity, chars, raw in _items(body):
-        canonical = json.dumps(_without_markers(identity), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(without_markers(identity), sort_keys=True, separators=(",", ":"))
         digest = hashlib.sha256(f"{digest}\n{canonical}".encode()).hexdigest()
         blocks.append(PromptBlock(where, chars, digest, tuple(_markers(raw, where))))
     return blocks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -120,3 +121,24 @@ async def autoclose() -> AsyncIterator[Callable[[T], T]]:
     yield keep
     for obj in reversed(kept):
         await obj.aclose()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """configure_logging rewires the root logger and quietens some libraries: undo both."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logger.level for name, logger in _loggers()}
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    for name, logger in _loggers():
+        logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+def _loggers() -> list[tuple[str, logging.Logger]]:
+    return [(name, logger) for name, logger in logging.root.manager.loggerDict.items()
+            if isinstance(logger, logging.Logger)]

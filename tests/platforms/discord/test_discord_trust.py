@@ -6,10 +6,6 @@ out of the logs, and inline Markdown intact across the 2,000-character split."""
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator
-
-import pytest
 
 from gateway.logs import configure_logging
 from tests.harness.discord_bot import discord_config, discord_gateway
@@ -243,24 +239,6 @@ async def test_commands_deleted_on_discord_are_registered_again_at_the_next_star
 
 
 # --- 6. interaction tokens stay out of the logs ---------------------------------------------
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """configure_logging rewires the root logger and some library levels: undo both."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    levels = {name: logger.level for name, logger in root.manager.loggerDict.items()
-              if isinstance(logger, logging.Logger)}
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
-    for name, logger in root.manager.loggerDict.items():
-        if isinstance(logger, logging.Logger):
-            logger.setLevel(levels.get(name, logging.NOTSET))
-
-
 async def test_a_deferred_slash_command_leaves_no_interaction_token_in_debug_logs(
         tmp_path, fake_openai, fake_discord, capsys, restore_logging):
     dm = fake_discord.dm_channel(USER)
