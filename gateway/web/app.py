@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.pricing import Price, format_usd
 from gateway.web.auth import Access, safe_next
@@ -65,6 +66,7 @@ def build_app(store: SessionStore, *, token: str,
     app.router.add_get("/search", search_page)
     app.router.add_get("/usage", usage_page)
     app.router.add_get("/api/chats", chats_api)
+    app.router.add_get("/metrics", metrics_page)
     return app
 
 
@@ -168,3 +170,9 @@ async def chats_api(request: web.Request) -> web.Response:
         "sessions": r.summary.sessions, "compactions": r.summary.compactions,
         "tokens": r.tokens, "cost_usd": r.cost, "cache_hit_rate": r.cache_rate,
     } for r in rows])
+
+
+async def metrics_page(request: web.Request) -> web.Response:
+    """The web view's own metrics for Prometheus (it sends the token as a bearer header)."""
+    body = generate_latest(request.app[ACCESS].throttle.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

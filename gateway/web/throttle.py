@@ -15,17 +15,13 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 
 BASE_S = 0.1
 GROWTH = 1.04
 MAX_S = 30.0
 FORGET_S = 3600.0
 MAX_CLIENTS = 10_000
-
-WRONG_SIGN_INS = Counter("threadline_web_wrong_sign_ins",
-                         "Sign-ins to the web view with a wrong token")
-
 
 @dataclass
 class _Client:
@@ -44,6 +40,11 @@ def delay_after(failures: int) -> float:
 class SignInThrottle:
     def __init__(self) -> None:
         self._clients: OrderedDict[str, _Client] = OrderedDict()
+        # The web view's own metrics (served at /metrics): the gateway's are another process.
+        self.registry = CollectorRegistry()
+        self.wrong = Counter("threadline_web_wrong_sign_ins",
+                             "Sign-ins to the web view with a wrong token",
+                             registry=self.registry)
 
     def _client(self, address: str) -> _Client:
         now = time.monotonic()
@@ -67,7 +68,7 @@ class SignInThrottle:
         client = self._client(address)
         client.failures += 1
         client.last = time.monotonic()
-        WRONG_SIGN_INS.inc()
+        self.wrong.inc()
         await asyncio.sleep(delay_after(client.failures))
 
     def succeeded(self, address: str) -> None:

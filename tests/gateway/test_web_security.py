@@ -119,6 +119,8 @@ async def test_fifty_wrong_sign_ins_take_at_least_ten_seconds(client: TestClient
     took = time.monotonic() - started
     assert statuses == [401] * 50
     assert took >= 10, f"50 wrong sign-ins took only {took:.1f} s"
+    metrics = await client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert "threadline_web_wrong_sign_ins_total 50.0" in await metrics.text()
 
 
 async def test_one_address_guessing_does_not_hold_up_another(store: SqliteSessionStore) -> None:
