@@ -46,6 +46,28 @@ def damaged(path: str, problem: str) -> str:
             "Restore the backup or move the damaged file away, then start again.")
 
 
+# The files SQLite keeps beside a database while it is open.
+_COMPANIONS = ("", "-wal", "-shm", "-journal")
+
+
+def unsafe_target(db_path: str, dest: str) -> str | None:
+    """Why `dest` must not receive a backup of `db_path`, or None. A copy written over the
+    live database, or over its -wal, -shm or journal, replaces it under whoever has it
+    open: the same path however it is written, a symbolic link to it, or a hard link."""
+    target = Path(dest)
+    if target.is_dir():
+        return f"{dest} is a directory; give the backup a file name"
+    resolved = target.resolve()
+    for suffix in _COMPANIONS:
+        live = Path(f"{db_path}{suffix}")
+        if resolved == live.resolve() or (target.exists() and live.exists()
+                                          and os.path.samefile(target, live)):
+            what = "the live database" if not suffix else f"the live database's {suffix[1:]}"
+            return (f"{dest} is {what}; a backup there would replace it under the running "
+                    "gateway: give another path")
+    return None
+
+
 def copy_to(source: sqlite3.Connection, dest: str, db_path: str) -> None:
     """A consistent copy of the open database at `dest`, in one step (a snapshot even
     while others write), checked, then moved into place; `dest` is never left half written."""

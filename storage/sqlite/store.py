@@ -106,6 +106,8 @@ class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
         """A consistent copy at `dest` (SQLite's online backup), while others write."""
         if self._path == ":memory:":
             raise StoreError("an in-memory database cannot be backed up")
+        if problem := integrity.unsafe_target(self._path, str(dest)):
+            raise StoreError(f"backup refused: {problem}")
 
         def copy() -> None:
             source = self._conn.plain()
