@@ -11,16 +11,28 @@ release, run this file with that release's checkout first on `sys.path`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: see above
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # after PYTHONPATH: see above
 
 from agent.redact import redact, redact_each  # noqa: E402
-from tests.harness.secret_forms import FORMS  # noqa: E402
+
+
+def secret_texts() -> list[str]:
+    """The forms of this checkout's test table (an older release may not have it)."""
+    spec = importlib.util.spec_from_file_location("secret_forms",
+                                                  ROOT / "tests/harness/secret_forms.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["secret_forms"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return [form.text for form in module.FORMS]
 
 
 def median_ms(work: Callable[[], object], reps: int) -> float:
@@ -35,7 +47,8 @@ def median_ms(work: Callable[[], object], reps: int) -> float:
 def main(reps: int) -> None:
     plain = [f"message {i}: we talked about the deploy on friday, the password policy and "
              f"token budgets; see https://example.com/notes/{i}" for i in range(2000)]
-    mixed = [FORMS[i % len(FORMS)].text if i % 10 == 0 else plain[i] for i in range(2000)]
+    forms = secret_texts()
+    mixed = [forms[i % len(forms)] if i % 10 == 0 else plain[i] for i in range(2000)]
     prose = ("The user asked how to rotate keys; the answer: use the console, then update "
              "the config. " * 1200)[:100_000]
     print(f"2,000 ordinary messages: {median_ms(lambda: redact_each(plain), reps):.2f} ms")
