@@ -8,7 +8,6 @@ reaches its output (errors go through `plain_error` with the secret as `known`).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import sqlite3
 import time
@@ -196,10 +195,11 @@ def network_reason(exc: BaseException) -> str:
 
 def _local_model(settings: ProviderSettings) -> tuple[bool, str]:
     """The GGUF file exists and starts like one; loading it would take seconds and memory."""
-    from agent.providers.local import INSTALL_HINT, resolve_model_path
+    from agent.providers.local import llama_cpp_problem, resolve_model_path
 
-    if importlib.util.find_spec("llama_cpp") is None:
-        return False, f"llama-cpp-python is not installed; {INSTALL_HINT}"
+    problem = llama_cpp_problem()  # the same words `run` and `chat` refuse to start with
+    if problem is not None:
+        return False, problem
     try:
         path = resolve_model_path(settings)
         with path.open("rb") as f:

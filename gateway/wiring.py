@@ -22,7 +22,7 @@ from gateway.attachments import MB, ReaderSettings
 from gateway.auth import Authorizer
 from gateway.chat_settings import PerChat
 from gateway.commands import CommandTable
-from gateway.config import Config
+from gateway.config import Config, ConfigError
 from gateway.conversations import Conversations
 from gateway.groups import RoomContext, Rooms
 from gateway.metrics import MeteredProvider, Metrics
@@ -69,6 +69,19 @@ def summary_settings(config: Config) -> ProviderSettings | None:
         timeout_s=main.timeout_s,
         max_retries=main.max_retries,
     )
+
+
+def require_local_model(config: Config) -> None:
+    """A local model that cannot run in this installation stops `run` and `chat` at once,
+    in one line, instead of failing every message."""
+    from agent.providers.local import startup_problem
+
+    for key, settings in (("model.provider", main_settings(config)),
+                          ("auxiliary.compression.provider", summary_settings(config))):
+        if settings is not None and settings.provider == "local":
+            problem = startup_problem(settings)
+            if problem is not None:
+                raise ConfigError(f"local: {problem}", source=config.source, key=key)
 
 
 def agent_settings(config: Config) -> AgentSettings:
@@ -201,12 +214,17 @@ def discord_settings(config: Config) -> DiscordSettings:
                            shard_ids=tuple(dc.shard_ids) if dc.shard_ids is not None else None)
 
 
+def console_platform(chat_id: str = "local") -> PlatformFactory:
+    """This terminal as a platform; alone, it is all `threadline chat` connects."""
+    return functools.partial(ConsoleAdapter, chat_id=chat_id)
+
+
 def platform_factories(config: Config, *, console: bool,
                        console_chat: str = "local") -> list[PlatformFactory]:
-    """The platforms to connect: the console when asked, and every enabled remote one."""
+    """What `threadline run` connects: the console when asked, every enabled remote one."""
     factories: list[PlatformFactory] = []
     if console:
-        factories.append(functools.partial(ConsoleAdapter, chat_id=console_chat))
+        factories.append(console_platform(console_chat))
     if config.platforms.telegram.enabled:
         from platforms.telegram.adapter import TelegramAdapter
 

@@ -57,6 +57,29 @@ def resolve_model_path(settings: ProviderSettings, package: str = MODEL_PACKAGE)
     return path
 
 
+def llama_cpp_problem() -> str | None:
+    """Why llama-cpp-python cannot run here, in one clause with the install hint; None if it
+    can. Imports it: a module that is found but fails to load is as missing as no module."""
+    try:
+        import llama_cpp  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as exc:  # RuntimeError: its library failed
+        return f"llama-cpp-python cannot be imported ({exc}); {INSTALL_HINT}"
+    return None
+
+
+def startup_problem(settings: ProviderSettings) -> str | None:
+    """What keeps the local model from answering at all (the library, the model file), so
+    a start can fail at once instead of at every message; None when nothing does."""
+    problem = llama_cpp_problem()
+    if problem is not None:
+        return problem
+    try:
+        resolve_model_path(settings)
+    except ProviderUnavailableError as exc:
+        return str(exc).removeprefix("local: ")
+    return None
+
+
 def to_plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Role/content strings only: the chat template knows nothing of tools or parts."""
     plain: list[dict[str, str]] = []
