@@ -24,17 +24,19 @@ GC_YOUNG = 20_000  # container allocations between two young collections
 EXIT_SECOND_SIGNAL = 130  # a second SIGTERM/SIGINT: leave without finishing the drain
 
 
-async def serve(gateway: Gateway, notifier: Notifier | None = None) -> int:
+async def serve(gateway: Gateway, notifier: Notifier | None = None, *,
+                survive_hangup: bool = True) -> int:
     """Run until every platform ends by itself (or refuses the bot: then EX_CONFIG is
     returned) or a SIGTERM/SIGINT asks to stop.
 
     On a signal the gateway stops taking messages and lets running turns finish (bounded
-    drain); a second signal leaves at once.
+    drain); a second signal leaves at once. SIGHUP is logged and changes nothing unless
+    `survive_hangup` is False (a terminal chat, which ends with its terminal).
     """
     if notifier is None:
         notifier = Notifier.from_environment()
     stop = asyncio.Event()
-    _install_signals(stop, notifier)
+    _install_signals(stop, notifier, survive_hangup)
     status = _StatusLine(notifier, gateway.router, stop)
     background: list[asyncio.Task[None]] = []
     try:
@@ -109,7 +111,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _install_signals(stop: asyncio.Event, notifier: Notifier) -> None:
+def _on_hangup() -> None:
+    # logrotate (and habit) send daemons SIGHUP, whose default action ends the process
+    # with a status systemd counts as clean, so nothing restarted it. The log goes to
+    # stderr (the journal): there is no file to reopen, and the config is not re-read.
+    log.warning("SIGHUP received: still running; nothing to reopen (the log goes to "
+                "stderr) and config.yaml is not re-read (restart the service for that)")
+
+
+def _install_signals(stop: asyncio.Event, notifier: Notifier, survive_hangup: bool) -> None:
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
@@ -122,8 +132,11 @@ def _install_signals(stop: asyncio.Event, notifier: Notifier) -> None:
                  "leaves at once)")
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    handlers = {signal.SIGTERM: on_signal, signal.SIGINT: on_signal}
+    if survive_hangup:
+        handlers[signal.SIGHUP] = _on_hangup
+    for sig, handler in handlers.items():
         try:
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, handler)
         except (NotImplementedError, RuntimeError):
             pass
