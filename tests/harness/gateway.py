@@ -33,6 +33,15 @@ def write_config(tmp_path: Path, *, model: dict[str, Any] | None = None,
     return path
 
 
+def telegram_run_config(tmp_path: Path, fake_telegram: Any, model_url: str) -> str:
+    """A config for `threadline run` with the fake Telegram as its only platform."""
+    platforms = {"console": {"enabled": False},
+                 "telegram": {"enabled": True, "token": fake_telegram.token,
+                              "base_url": fake_telegram.base_url,
+                              "base_file_url": fake_telegram.base_file_url}}
+    return str(write_config(tmp_path, model={"base_url": model_url}, platforms=platforms))
+
+
 def config_for(tmp_path: Path, base_url: str, **kw: Any) -> Config:
     model = {"base_url": base_url, **kw.pop("model", {})}
     return load_config(write_config(tmp_path, model=model, **kw))
