@@ -85,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = resolve_config(getattr(args, "config", None))
         if args.command == "run":
             require_platforms(config)
+        if args.command in ("run", "chat"):
+            from gateway.wiring import require_local_model
+
+            require_local_model(config)
         check_storage_writable(config)
     except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
@@ -95,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _dispatch(args: argparse.Namespace, config: Config) -> int:
     from agent.errors import AgentError, EngineNotFoundError
     from gateway.logs import configure_logging
+    from gateway.runlock import AlreadyRunning
     from storage.errors import StoreError
     from storage.owner_only import exposure
 
@@ -107,7 +112,9 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         if args.command in ("run", "chat"):
             return asyncio.run(_serve(args, config))
         return asyncio.run(_offline(args, config))
-    except EngineNotFoundError as exc:  # context.engine names nothing we can load
+    # context.engine names nothing we can load, or another gateway has the database:
+    # a restart would change neither.
+    except (EngineNotFoundError, AlreadyRunning) as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except (StoreError, AgentError) as exc:
@@ -118,24 +125,31 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _serve(args: argparse.Namespace, config: Config) -> int:
-    from gateway.service import serve
-    from gateway.wiring import create_gateway, platform_factories
+    from contextlib import nullcontext
 
-    platforms = platform_factories(
-        config, console=args.command == "chat" or config.platforms.console.enabled,
-        console_chat=getattr(args, "chat", "local"))
+    from gateway.runlock import run_lock
+    from gateway.service import serve
+    from gateway.wiring import console_platform, create_gateway, platform_factories
+
+    run = args.command == "run"
+    if run:
+        platforms = platform_factories(config, console=config.platforms.console.enabled)
+    else:  # `chat` is this terminal alone: the bots belong to `threadline run`
+        platforms = [console_platform(args.chat)]
     if not platforms:
         print("threadline: none of the enabled platforms is available in this version "
               "(the console is); enable platforms.console or use `threadline chat`",
               file=sys.stderr)
         return EXIT_ERROR
-    gateway = create_gateway(config, platforms)
-    # Everything imported and built so far lives as long as the process: moved out of the
-    # collector's reach, a full collection no longer walks it (a pause of ~90 ms every few
-    # turns otherwise, measured with streamed replies).
-    gc.collect()
-    gc.freeze()
-    return await serve(gateway)
+    # One `run` per SQLite file, held until it ends; a `chat` or a read beside it is fine.
+    with run_lock(config) if run else nullcontext():
+        gateway = create_gateway(config, platforms)
+        # Everything imported and built so far lives as long as the process: moved out of
+        # the collector's reach, a full collection no longer walks it (a pause of ~90 ms
+        # every few turns otherwise, measured with streamed replies).
+        gc.collect()
+        gc.freeze()
+        return await serve(gateway, survive_hangup=run)
 
 
 async def _offline(args: argparse.Namespace, config: Config) -> int:
@@ -184,7 +198,12 @@ async def _compress(args: argparse.Namespace, config: Config) -> int:
 
 async def _backup(args: argparse.Namespace, config: Config) -> int:
     from gateway.wiring import build_store
+    from storage.sqlite.integrity import unsafe_target
 
+    # Before the store is opened: opening it already touches the live files.
+    if not config.storage.url and (problem := unsafe_target(str(config.db_path), args.path)):
+        print(f"threadline: backup refused: {problem}", file=sys.stderr)
+        return EXIT_ERROR
     store = build_store(config)
     await store.initialize()
     try:

@@ -46,14 +46,15 @@ def damaged(path: str, problem: str) -> str:
             "Restore the backup or move the damaged file away, then start again.")
 
 
-# The files SQLite keeps beside a database while it is open.
-_COMPANIONS = ("", "-wal", "-shm", "-journal")
+# The files SQLite keeps beside a database while it is open, and the running gateway's lock.
+_COMPANIONS = ("", "-wal", "-shm", "-journal", ".lock")
 
 
 def unsafe_target(db_path: str, dest: str) -> str | None:
     """Why `dest` must not receive a backup of `db_path`, or None. A copy written over the
     live database, or over its -wal, -shm or journal, replaces it under whoever has it
-    open: the same path however it is written, a symbolic link to it, or a hard link."""
+    open (or its lock, under the gateway holding it): the same path however it is
+    written, a symbolic link to it, or a hard link."""
     target = Path(dest)
     if target.is_dir():
         return f"{dest} is a directory; give the backup a file name"

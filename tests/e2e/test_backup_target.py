@@ -35,7 +35,7 @@ async def test_a_backup_onto_the_live_database_is_refused_and_changes_nothing(
         before = [digest(f) for f in files]
         targets = [str(db), f"{data}/../data/./threadline.db", "data/threadline.db",
                    str(tmp_path / "link.db"), str(tmp_path / "hard.db"), f"{db}-wal",
-                   f"{db}-shm", str(data)]
+                   f"{db}-shm", f"{db}.lock", str(data)]
         for target in targets:
             ran = await threadline("backup", target, "--config", config, home=tmp_path)
             assert ran.code == 1, (target, ran.out, ran.err)
