@@ -24,9 +24,6 @@ class PerChat:
     def __init__(self, chats: Mapping[str, ChatSettings] | None = None) -> None:
         self._chats = dict(chats or {})
 
-    def __bool__(self) -> bool:
-        return bool(self._chats)
-
     def find(self, chat_key: str, name: str) -> tuple[Any, str] | None:
         """(value, the key that set it) for one setting of a chat; None when unset."""
         for key in _keys(chat_key):

@@ -114,6 +114,8 @@ class Conversations:
         await self.provider.aclose()
         if self.summary_provider is not self.provider:
             await self.summary_provider.aclose()
+        for own in self.providers.values():  # the chats' own models
+            await own.aclose()
 
     def _window(self) -> int:
         return min(self.provider.context_length,

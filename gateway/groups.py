@@ -53,13 +53,13 @@ class Rooms:
     def addressed(self, msg: InboundMessage) -> bool:
         """A group message is for the bot when it mentions or answers it (or needs no
         mention there), says a wake word, or comes in a free-response chat."""
-        if msg.reply_to_bot:
-            return True
         require = self.chats.get(msg.chat_key, "require_mention")
-        if require is None and msg.addressed_to_bot:
-            return True
-        mentioned = msg.addressed_to_bot if msg.mentioned is None else msg.mentioned
-        if require is not None and (not require or mentioned):
+        if require is None:  # the platform's rule, which the adapter applied
+            to_us = msg.addressed_to_bot
+        else:
+            mentioned = msg.addressed_to_bot if msg.mentioned is None else msg.mentioned
+            to_us = not require or mentioned
+        if to_us or msg.reply_to_bot:
             return True
         free = self._free.get(msg.platform, frozenset())
         if free and (msg.chat_key in free

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,13 +40,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-def main_settings(config: Config) -> ProviderSettings:
+def main_settings(config: Config, name: str | None = None) -> ProviderSettings:
+    """The configured model; `name`: another model of the same provider (a chat's own,
+    `chats: {KEY: {model: NAME}}`), whose vision is then known from its name."""
     m = config.model
+    model = name or m.name
     return ProviderSettings(
-        provider=m.provider, model=m.name, base_url=m.base_url, api_key=m.api_key,
+        provider=m.provider, model=model, base_url=m.base_url, api_key=m.api_key,
         context_length=m.context_length, max_output_tokens=m.max_output_tokens,
-        timeout_s=m.timeout_s, max_retries=m.max_retries, vision=m.vision,
-        cache_ttl=(config.prompt_caching.cache_ttl if caching.applies(m.provider, m.name)
+        timeout_s=m.timeout_s, max_retries=m.max_retries,
+        vision=m.vision if model == m.name else None,
+        cache_ttl=(config.prompt_caching.cache_ttl if caching.applies(m.provider, model)
                    else None),
     )
 
@@ -124,7 +127,7 @@ def build_conversations(config: Config, store: SessionStore,
                                        metrics, "summary")
     prices = build_prices(config)
     chats = PerChat(config.chats)
-    providers = {name: MeteredProvider(build_provider(chat_model_settings(config, name)),
+    providers = {name: MeteredProvider(build_provider(main_settings(config, name)),
                                        metrics, "chat") for name in chats.models()}
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
@@ -141,14 +144,6 @@ def build_rooms(config: Config, chats: PerChat) -> Rooms:
     return Rooms({"telegram": config.platforms.telegram, "discord": config.platforms.discord},
                  chats)
 
-
-def chat_model_settings(config: Config, name: str) -> ProviderSettings:
-    """A chat's own model (`chats: {KEY: {model: NAME}}`): the configured provider, that
-    model; cached when the provider caches that model."""
-    m = config.model
-    return replace(main_settings(config), model=name, vision=None,
-                   cache_ttl=(config.prompt_caching.cache_ttl
-                              if caching.applies(m.provider, name) else None))
 
 
 def attachment_files(config: Config, store: SessionStore) -> AttachmentFiles:
