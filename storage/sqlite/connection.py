@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from storage import owner_only
 from storage.errors import StoreError
 from storage.sqlite import integrity, schema
+from storage.sqlite.faults import store_error
 from storage.sqlite.reader import Reader
 
 log = logging.getLogger(__name__)
@@ -349,9 +350,8 @@ class SqliteConnection:
             self._reader.checkpoint(self._writes_open)
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
-        store_error = StoreError(f"store {self.path}: {exc}")
-        store_error.__cause__ = exc
-        return store_error
+        """StoreUnavailable when the write found no room (it waits), else StoreError."""
+        return store_error(self.path, exc)
 
 
 def _settle(jobs: list[_Job]) -> None:
