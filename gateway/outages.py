@@ -1,13 +1,14 @@
-"""A chat's turn when the ground moves under it: the store goes out of reach mid-turn
-(the chat waits in place and runs it again), or, with several processes, the chat's lease
-may have lapsed (the turn is dropped unsaid). Mixed into ChatWorker (worker.py); see
-docs/scale-out.md."""
+"""A chat's turn when the ground moves under it: the store goes out of reach mid-turn, or
+its disk fills (the chat waits in place and runs it again once the store takes writes), or,
+with several processes, the chat's lease may have lapsed (the turn is dropped unsaid).
+Mixed into ChatWorker (worker.py); see docs/scale-out.md and docs/operations.md."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn
 
@@ -21,6 +22,20 @@ from storage.models import InboundRecord
 log = logging.getLogger(__name__)
 FIRST_PAUSE_S = 0.5  # before asking a store that failed again, doubling up to the longest
 LONGEST_PAUSE_S = 10.0
+WRITE_CHECK = "outage:write_check"  # the setting written to learn that writes work again
+
+
+class Pauses:
+    """The waits of one batch through its outages, each twice the last up to the longest.
+    They grow across the batch's reruns too: a store that takes the check but fails the
+    turn again (a disk with a few pages free) is not asked twice a second."""
+
+    def __init__(self) -> None:
+        self.next_s = FIRST_PAUSE_S
+
+    async def wait(self) -> None:
+        pause, self.next_s = self.next_s, min(self.next_s * 2, LONGEST_PAUSE_S)
+        await asyncio.sleep(pause)
 
 
 class StoreDown(Exception):
@@ -48,12 +63,13 @@ class Outages:
         raise NotImplementedError
 
     async def _answer_through_outages(self, chat_key: str, running: Running) -> None:
-        """Answer the batch. When the store goes out of reach mid-turn, the chat waits in
-        place (its later messages behind it: nothing overtakes) until the store answers,
-        then what is still open runs again, or, when the turn's reply was stored after
+        """Answer the batch. When the store goes out of reach mid-turn (or its disk is
+        full), the chat waits in place (its later messages behind it: nothing overtakes)
+        until the store takes a write, then what is still open runs again, or, when the turn's reply was stored after
         all (a commit whose answer was lost), is sent (docs/scale-out.md)."""
         resends: list[ResendJob] = []  # stored replies to finish before the rest runs
         answer = True  # messages of the batch still to answer
+        pauses = Pauses()
         while True:
             try:
                 while resends:
@@ -66,7 +82,7 @@ class Outages:
                 self.conversations.forget(chat_key)
                 log.warning("chat %s: the turn runs again once the database is back", chat_key)
             jobs = [job for job in running.jobs if isinstance(job, MessageJob)]
-            fresh = await self._once_stored([job.record.id for job in jobs])
+            fresh = await self._once_stored([job.record.id for job in jobs], pauses)
             if not self._still_ours(chat_key, "once the database was back",
                                     [job.record.id for job in jobs]):
                 return  # the chat moved on meanwhile: its new holder finishes it
@@ -87,15 +103,17 @@ class Outages:
             if jobs:
                 running.jobs[:] = jobs
 
-    async def _once_stored(self, ids: list[int]) -> dict[int, InboundRecord]:
-        """The rows, read as soon as the store answers again (pausing longer each try)."""
-        pause = FIRST_PAUSE_S
+    async def _once_stored(self, ids: list[int], pauses: Pauses) -> dict[int, InboundRecord]:
+        """The rows, read once the store takes a write again. Reading alone proves too
+        little: a full disk still reads, and a turn run again too soon fetches and reads
+        its files (a transcription costs) only to fail at its first write."""
         while True:
-            await asyncio.sleep(pause)
+            await pauses.wait()
             try:
+                await self.store.put_setting(WRITE_CHECK, f"{time.time():.0f}")
                 return {r.id: r for r in await self.store.inbound(ids)}
             except StoreError:
-                pause = min(pause * 2, LONGEST_PAUSE_S)
+                continue
 
     def _still_ours(self, chat_key: str, when: str, dropped: Sequence[int] = ()) -> bool:
         """Whether this process may still write and send for the chat: not once its lease
