@@ -1,11 +1,12 @@
-"""`threadline doctor`'s look at the store: the SQLite file, or the PostgreSQL database
-that `storage.url` names. It opens either one read-only and creates nothing; a URL is
-shown with its password masked (storage/urls.py)."""
+"""`threadline doctor`'s look at the store: the SQLite file (and the room left on its
+disk), or the PostgreSQL database that `storage.url` names. It opens either one read-only
+and creates nothing; a URL is shown with its password masked (storage/urls.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -21,6 +22,9 @@ from storage.urls import ambiguous, mask_url, scrub
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Refusals that name the account: the URL's user or password is wrong.
 REFUSED = (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)
+# Less room than either, and the disk is nearly full: once it is, no message can be stored.
+LOW_SPACE_BYTES = 100 * 1000 * 1000
+LOW_SPACE_SHARE = 0.05
 
 
 async def check_storage(config: Config) -> Result:
@@ -30,6 +34,9 @@ async def check_storage(config: Config) -> Result:
         result = await check_postgres(config.storage.url)
     else:
         result = await asyncio.to_thread(check_database, config)
+        crowded = await asyncio.to_thread(low_space, config.db_path.parent)
+        if crowded is not None:
+            result = Result(result.check, False, f"{result.detail}; {crowded}")
     exposed = exposure(config.db_path.parent)
     if exposed is None:
         return result
@@ -89,15 +96,43 @@ def check_database(config: Config) -> Result:
     return _inspect(db)
 
 
+def low_space(directory: Path) -> str | None:
+    """Why the disk that holds (or will hold) `directory` is nearly full; None when it has
+    room (at least LOW_SPACE_BYTES and LOW_SPACE_SHARE of it free for the service)."""
+    existing = _nearest_existing(directory)
+    try:
+        usage = shutil.disk_usage(existing)
+    except OSError:
+        return None  # the writability check says what is wrong with the place
+    if usage.free >= LOW_SPACE_BYTES and usage.free >= usage.total * LOW_SPACE_SHARE:
+        return None
+    share = usage.free / usage.total if usage.total else 0.0
+    return (f"the disk holding {existing} is nearly full: {_amount(usage.free)} free "
+            f"({share:.1%} of {_amount(usage.total)}); when it is full no message can be "
+            "stored until space is freed")
+
+
+def _amount(size: int) -> str:
+    for unit, scale in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists (the store creates the rest)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def _unwritable(db: Path) -> str | None:
     """Why the store could not create or write `db`, without creating anything lasting."""
     try:
         if db.is_dir():
             return "it is a directory"
         # The store creates missing directories; what matters is the nearest that exists.
-        existing = db.parent
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
+        existing = _nearest_existing(db.parent)
         if not existing.is_dir():
             return f"{existing} is not a directory"
         with tempfile.TemporaryFile(dir=existing):

@@ -49,6 +49,12 @@ class SmallDisk:
                     written += size
         return written
 
+    def take(self, nbytes: int) -> None:
+        """Add `nbytes` to the filler (the disk must have them)."""
+        with self.filler.open("ab") as f:
+            for _ in range(nbytes // CHUNK):
+                os.write(f.fileno(), b"\0" * CHUNK)
+
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
 
