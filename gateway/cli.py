@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
-import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from gateway.config import EXIT_CONFIG, Config, ConfigError
+# Each command imports what it needs when it runs: `--help` loads argparse alone, and the
+# commands that only read the database load the config and the store, no provider or
+# platform library (tests/e2e/test_cli_imports.py; bench/cli_start.py times it).
+if TYPE_CHECKING:
+    from gateway.config import Config
 
 EXIT_ERROR = 1
 
@@ -71,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.umask(0o077)
     args = _parser().parse_args(argv)
     if args.command == "doctor":  # reports a broken config as one of its checks
+        import asyncio
+
         from gateway import doctor
 
         sys.exit(asyncio.run(doctor.run(getattr(args, "config", None))))
@@ -79,9 +83,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         print(new_token())
         sys.exit(0)
-    try:
-        from gateway.config import check_storage_writable, require_platforms, resolve_config
+    from gateway.config import (
+        EXIT_CONFIG,
+        ConfigError,
+        check_storage_writable,
+        require_platforms,
+        resolve_config,
+    )
 
+    try:
         config = resolve_config(getattr(args, "config", None))
         if args.command == "run":
             require_platforms(config)
@@ -97,7 +107,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _dispatch(args: argparse.Namespace, config: Config) -> int:
+    import asyncio
+    import logging
+
     from agent.errors import AgentError, EngineNotFoundError
+    from gateway.config import EXIT_CONFIG
     from gateway.logs import configure_logging
     from gateway.runlock import AlreadyRunning
     from storage.errors import StoreError
@@ -125,6 +139,7 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _serve(args: argparse.Namespace, config: Config) -> int:
+    import gc
     from contextlib import nullcontext
 
     from gateway.runlock import run_lock
