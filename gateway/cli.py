@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gateway.cli_help import describe
+
 # Each command imports what it needs when it runs: `--help` loads argparse alone, and the
 # commands that only read the database load the config and the store, no provider or
 # platform library (tests/e2e/test_cli_imports.py; bench/cli_start.py times it).
@@ -20,8 +22,7 @@ EXIT_ERROR = 1
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yaml")
-    p = argparse.ArgumentParser(prog="threadline", parents=[common],
-                                description="A chat gateway that never loses the thread.")
+    p = argparse.ArgumentParser(prog="threadline", parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("run", parents=[common], help="start the gateway with every enabled platform")
     chat = sub.add_parser("chat", parents=[common], help="chat in this terminal")
@@ -30,15 +31,15 @@ def _parser() -> argparse.ArgumentParser:
     ss = sessions.add_subparsers(dest="action", required=True)
     lst = ss.add_parser("list", parents=[common], help="list sessions")
     lst.add_argument("--chat", dest="chat_key", default=None, help="only this chat key")
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("--json", action="store_true", help="JSON instead of the table")
     show = ss.add_parser("show", parents=[common], help="the messages of one session")
-    show.add_argument("session_id")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("session_id", help="an id from `threadline sessions list`")
+    show.add_argument("--json", action="store_true", help="JSON instead of text")
     tip = ss.add_parser("tip", parents=[common], help="the live end of a session's chain")
-    tip.add_argument("session_id")
+    tip.add_argument("session_id", help="any session of the chain")
     search = ss.add_parser("search", parents=[common], help="full-text search of all messages")
-    search.add_argument("query")
-    search.add_argument("--chat", dest="chat_key", default=None)
+    search.add_argument("query", help="words that must all occur (punctuation is plain text)")
+    search.add_argument("--chat", dest="chat_key", default=None, help="only this chat key")
     comp = sub.add_parser("compress", parents=[common], help="compact a chat now")
     comp.add_argument("chat_key", help="e.g. console:local or telegram:12345")
     comp.add_argument("--focus", default=None, help="a topic to keep in full detail")
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="sqlite:PATH (default: the configured database file)")
     mig.add_argument("--to", dest="target", default=None,
                      help="postgresql://user:password@host/db (default: storage.url)")
+    describe(p, {"": sub, "sessions ": ss, "trajectories ": ts})  # gateway/cli_help.py
     return p
 
 
