@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from gateway.config import Config
 
 EXIT_ERROR = 1
+# Commands that write the database (or create it): the others run on read-only media.
+_WRITERS = ("run", "chat", "compress", "web", "restore")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     backup = sub.add_parser("backup", parents=[common],
                             help="copy the database, consistently, while the service runs")
     backup.add_argument("path", help="where to write the copy (an existing file is replaced)")
+    restore = sub.add_parser("restore", parents=[common],
+                             help="put a backup in place of the database (service stopped)")
+    restore.add_argument("backup", help="a file made by `threadline backup` (or a "
+                         "threadline.db.before-vN copy, to go back before an upgrade)")
     traj = sub.add_parser("trajectories", parents=[common], help="training data tools")
     ts = traj.add_subparsers(dest="action", required=True)
     tc = ts.add_parser("compress", parents=[common],
@@ -74,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     # is its owner's alone, whatever umask it was started with (docs/operations.md).
     os.umask(0o077)
     args = _parser().parse_args(argv)
+    if args.command == "run":  # a hangup while starting is as harmless as one later
+        import signal
+
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if args.command == "doctor":  # reports a broken config as one of its checks
         import asyncio
 
@@ -97,11 +107,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = resolve_config(getattr(args, "config", None))
         if args.command == "run":
             require_platforms(config)
-        if args.command in ("run", "chat"):
+        if args.command in ("run", "chat", "compress"):
             from gateway.wiring import require_local_model
 
             require_local_model(config)
-        check_storage_writable(config)
+        if args.command in _WRITERS:  # the others read, or write elsewhere
+            check_storage_writable(config)
     except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
@@ -170,7 +181,7 @@ async def _serve(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _offline(args: argparse.Namespace, config: Config) -> int:
-    from gateway.wiring import build_store
+    from gateway.store_open import build_store
 
     if args.command == "compress":
         return await _compress(args, config)
@@ -182,11 +193,15 @@ async def _offline(args: argparse.Namespace, config: Config) -> int:
         from gateway.web.serve import serve_web
 
         return await serve_web(config, args.port)
+    if args.command == "restore":
+        from gateway import restore_cli
+
+        return restore_cli.run(args, config)
     if args.command == "trajectories":
         from gateway import trajectories_cli
 
         return await trajectories_cli.run(args, config)
-    store = build_store(config)
+    store = build_store(config, "read")  # a read never changes the file, nor upgrades it
     await store.initialize()
     try:
         from agent.attachments.files import AttachmentFiles
@@ -202,7 +217,7 @@ async def _compress(args: argparse.Namespace, config: Config) -> int:
     from gateway.commands import finish_compress
     from gateway.wiring import create_gateway
 
-    async with create_gateway(config) as gateway:
+    async with create_gateway(config, access="current") as gateway:
         conversations = gateway.conversations
         prepared = await conversations.prepare_compaction(args.chat_key, args.focus)
         if prepared is None:
@@ -214,14 +229,14 @@ async def _compress(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _backup(args: argparse.Namespace, config: Config) -> int:
-    from gateway.wiring import build_store
+    from gateway.store_open import build_store
     from storage.sqlite.integrity import unsafe_target
 
     # Before the store is opened: opening it already touches the live files.
     if not config.storage.url and (problem := unsafe_target(str(config.db_path), args.path)):
         print(f"threadline: backup refused: {problem}", file=sys.stderr)
         return EXIT_ERROR
-    store = build_store(config)
+    store = build_store(config, "copy")  # as it is: an older file's backup is not upgraded
     await store.initialize()
     try:
         await store.backup(args.path)

@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import sys
+from datetime import UTC, datetime
 
 from agent.redact import REDACTED, redact
 from gateway.config import Config
@@ -77,7 +78,9 @@ class RedactingFilter(logging.Filter):
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"at": self.formatTime(record), "level": record.levelname,
+        # ISO 8601 in UTC, with its zone: a collector never guesses the server's clock.
+        at = datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")
+        entry = {"at": at, "level": record.levelname,
                  "logger": record.name, "message": record.getMessage()}
         # RedactingFilter has already rendered and redacted the traceback into exc_text;
         # rendering exc_info again would bring back the secrets it removed.

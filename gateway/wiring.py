@@ -27,16 +27,17 @@ from gateway.groups import RoomContext, Rooms
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.pricing import Price
 from gateway.resets import Clock, ResetPolicy, utc_now
+from gateway.store_open import build_store
 from gateway.streaming import StreamSettings
 from platforms.base import PlatformFactory
 from platforms.console import ConsoleAdapter
 from storage.base import SessionStore
-from storage.sqlite import SqliteSessionStore
 
 if TYPE_CHECKING:
     from agent.providers.transcribe import Transcriber
     from platforms.discord.adapter import DiscordSettings
     from platforms.telegram.adapter import TelegramSettings
+    from storage.sqlite.opening import Access
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +97,6 @@ def agent_settings(config: Config) -> AgentSettings:
         compression_enabled=config.compression.enabled,
         summary_context_length=config.auxiliary.compression.context_length,
     )
-
-
-def build_store(config: Config) -> SessionStore:
-    """PostgreSQL when `storage.url` is set, else the embedded SQLite file."""
-    if config.storage.url:
-        from storage.postgres import PostgresSessionStore  # asyncpg only when it is used
-        return PostgresSessionStore(config.storage.url)
-    return SqliteSessionStore(config.db_path)
 
 
 def build_prices(config: Config) -> dict[str, Price]:
@@ -233,8 +226,10 @@ def platform_factories(config: Config, *, console: bool,
 
 
 def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
-                   commands: CommandTable | None = None, clock: Clock = utc_now) -> Gateway:
-    store = build_store(config)
+                   commands: CommandTable | None = None, clock: Clock = utc_now,
+                   access: Access = "upgrade") -> Gateway:
+    """The gateway; `access`: whether it may upgrade the store's schema (store_open.py)."""
+    store = build_store(config, access)
     metrics = Metrics()
     m = config.metrics
     return Gateway(store, build_conversations(config, store, metrics), platforms,

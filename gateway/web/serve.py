@@ -27,7 +27,7 @@ async def serve_web(config: Config, port: int | None = None) -> int:
     if problem or token is None:
         print(f"threadline: {problem}", file=sys.stderr)
         return 1
-    store = build_store(config)
+    store = build_store(config, "current")  # web sign-ins are written; no upgrade
     await store.initialize()
     app = build_app(store, token=token, prices=build_prices(config),
                     session_hours=config.web.session_hours,

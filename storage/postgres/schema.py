@@ -213,8 +213,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DE
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-async def migrate(con: asyncpg.Connection, label: str) -> int:
-    """Bring the database to SCHEMA_VERSION in one transaction; refuse a newer one."""
+async def migrate(con: asyncpg.Connection, label: str, *, upgrade: bool = True) -> int:
+    """Bring the database to SCHEMA_VERSION in one transaction; refuse a newer one, and an
+    older one unless `upgrade` (only the service and `migrate` upgrade: opening.py)."""
     async with con.transaction():
         await con.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
@@ -223,6 +224,11 @@ async def migrate(con: asyncpg.Connection, label: str) -> int:
             raise StoreError(
                 f"database {label} has schema version {found}, newer than this Threadline "
                 f"understands ({SCHEMA_VERSION}); upgrade Threadline to open it")
+        if found < SCHEMA_VERSION and not upgrade:
+            raise StoreError(
+                f"database {label} has schema version {found} and this release uses "
+                f"{SCHEMA_VERSION}: this database needs an upgrade; run the service once "
+                "(`threadline run`)")
         for version in range(found + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version - 1]:
                 await con.execute(statement)

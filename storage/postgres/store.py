@@ -57,8 +57,9 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SessionStore):
     """`storage: {url: postgresql://user@host/db}`: a store several processes share."""
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10,
-                 max_live_chats: int = MAX_CHATS, command_timeout: float = 60.0) -> None:
-        self.url = url
+                 max_live_chats: int = MAX_CHATS, command_timeout: float = 60.0,
+                 upgrade: bool = True) -> None:
+        self.url, self.upgrade = url, upgrade  # upgrade: may migrate an older schema
         self.label = mask_url(url)
         self._sizes = (min_connections, max_connections)
         self._timeout = command_timeout
@@ -76,7 +77,6 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SessionStore):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
-
     # --- lifecycle -------------------------------------------------------------------
     async def initialize(self) -> None:
         """Open the pool and migrate; StoreError names the database (never its password)."""
@@ -94,7 +94,7 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SessionStore):
             raise StoreError(f"cannot open the database {self.label}: {reason}") from None
         try:
             async with pool.acquire() as con:
-                await schema.migrate(con, self.label)
+                await schema.migrate(con, self.label, upgrade=self.upgrade)
         except BaseException:
             await pool.close()
             raise

@@ -38,12 +38,14 @@ def last_backup(path: str) -> str | None:
 
 
 def damaged(path: str, problem: str) -> str:
-    """The one line the service says about a damaged database."""
+    """The one line the service says about a damaged database, naming the command that
+    puts the last backup back (docs/operations.md, "Restoring a backup")."""
     backup = last_backup(path)
-    where = (f"the last backup is {backup}" if backup
-             else "no backup was recorded (`threadline backup PATH` makes one)")
-    return (f"database {path} is damaged ({problem}); it was left untouched: {where}. "
-            "Restore the backup or move the damaged file away, then start again.")
+    where = (f"`threadline restore {backup}` puts the last backup in its place"
+             if backup else "no backup was recorded; `threadline restore BACKUP` puts one "
+             "in its place")
+    return (f"database {path} is damaged ({problem}); it was left untouched: {where}, "
+            "keeping the damaged file aside; then start again.")
 
 
 # The files SQLite keeps beside a database while it is open, and the running gateway's lock.
@@ -69,23 +71,50 @@ def unsafe_target(db_path: str, dest: str) -> str | None:
     return None
 
 
-def copy_to(source: sqlite3.Connection, dest: str, db_path: str) -> None:
+RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
+
+
+def copy_to(source: sqlite3.Connection, dest: str, db_path: str, *, record: bool = True) -> None:
     """A consistent copy of the open database at `dest`, in one step (a snapshot even
-    while others write), checked, then moved into place; `dest` is never left half written."""
+    while others write), checked, then moved into place; `dest` is never left half written,
+    and nothing is left behind when the copy fails. The copy does not say a gateway is
+    running on it (a restore starts without a false crash warning). `record`: note it as
+    the last backup, named by the damaged-database message."""
     target = Path(dest)
     partial = target.with_name(f".{target.name}.partial")
     partial.unlink(missing_ok=True)
-    owner_only.create_file(partial)  # a copy of the chats is as private as the database
-    copy = sqlite3.connect(partial)
     try:
-        source.backup(copy)  # all pages in one step: one read transaction, one snapshot
-        copy.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-        problem = quick_check(copy)
-    finally:
-        copy.close()
-    if problem:
+        owner_only.create_file(partial)  # a copy of the chats is as private as the database
+        copy = sqlite3.connect(partial, isolation_level=None)
+        try:
+            source.backup(copy)  # all pages in one step: one read transaction, one snapshot
+            copy.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+            clear_run_marker(copy)
+            problem = quick_check(copy)
+        finally:
+            copy.close()
+        if problem:
+            raise sqlite3.DatabaseError(f"the copy failed its check: {problem}")
+        os.replace(partial, target)
+    except BaseException:
         partial.unlink(missing_ok=True)
-        raise sqlite3.DatabaseError(f"the copy failed its check: {problem}")
-    os.replace(partial, target)
+        raise
     os.chmod(target, owner_only.FILE_MODE)
-    owner_only.write_file(backup_record(db_path), f"{target.resolve()}\n".encode())
+    if record:
+        owner_only.write_file(backup_record(db_path), f"{target.resolve()}\n".encode())
+
+
+def still_running(pid: str) -> bool:
+    """Whether the gateway named by the running marker is alive (a Threadline process)."""
+    try:
+        cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+    except (ValueError, OSError):
+        return False
+    return int(pid) != os.getpid() and b"threadline" in cmdline
+
+
+def clear_run_marker(db: sqlite3.Connection) -> None:
+    """Say no gateway is running on this file (a copy, or a file put back by restore)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'settings'"
+                  ).fetchone():
+        db.execute("UPDATE settings SET value = '' WHERE key = ?", (RUN_KEY,))

@@ -366,6 +366,7 @@ def move_chat(db: sqlite3.Connection, platform: str, old_chat_id: str, new_chat_
 
 
 GET_SETTING = "SELECT value FROM settings WHERE key = ?"
+END_RUN = "UPDATE settings SET value = '', updated_at = ? WHERE key = ? AND value = ?"
 PUT_SETTING = ("INSERT INTO settings(key, value, updated_at) VALUES (?, ?, ?) "
                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
                "updated_at = excluded.updated_at")

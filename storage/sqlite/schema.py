@@ -285,13 +285,13 @@ def migrate(db: sqlite3.Connection, label: str, target: int = SCHEMA_VERSION) ->
     migrating the same file: the version is read again under the write lock.
     """
     found = user_version(db)
-    _refuse_newer(found, label)
+    refuse_newer(found, label)
     if found >= target:
         return found
     db.execute("BEGIN IMMEDIATE")
     try:
         found = user_version(db)
-        _refuse_newer(found, label)
+        refuse_newer(found, label)
         for version in range(found + 1, target + 1):
             for statement in MIGRATIONS[version - 1]:
                 db.execute(statement)
@@ -306,7 +306,7 @@ def migrate(db: sqlite3.Connection, label: str, target: int = SCHEMA_VERSION) ->
     return final
 
 
-def _refuse_newer(found: int, label: str) -> None:
+def refuse_newer(found: int, label: str) -> None:
     if found > SCHEMA_VERSION:
         raise StoreError(
             f"database {label} has schema version {found}, newer than this Threadline "

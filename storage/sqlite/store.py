@@ -14,6 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -38,22 +39,25 @@ from storage.sqlite import queries as q
 from storage.sqlite.connection import Db, SqliteConnection
 from storage.sqlite.deliveries import DeliveryRows
 from storage.sqlite.observed import ObservedRows
+from storage.sqlite.opening import Access
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 LIGHT_HISTORY = 500  # messages a history may have to be read on the loop itself
-_RUN_KEY = "run:active"  # the pid of the running service; empty after a clean stop
+_RUN_KEY = integrity.RUN_KEY
 
 
 class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
     """The embedded store: `async with SqliteSessionStore(path) as store: ...`."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
-                 lock_retries: int = 5, max_live_chats: int = MAX_CHATS) -> None:
+                 lock_retries: int = 5, max_live_chats: int = MAX_CHATS,
+                 access: Access = "upgrade") -> None:
+        """`access`: how the file is opened, and who may upgrade it (opening.py)."""
         self._conn = SqliteConnection(path, busy_timeout_ms=busy_timeout_ms,
-                                      lock_retries=lock_retries)
+                                      lock_retries=lock_retries, access=access)
         self._path = self._conn.path
         self._read = self._conn.read
         self._write = self._conn.write
@@ -74,33 +78,33 @@ class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
 
     # --- lifecycle -------------------------------------------------------------------
     async def initialize(self) -> None:
-        """Create the directory, open, set the pragmas and migrate; StoreError names the path."""
+        """Open the file in the store's way (for `upgrade`: create the directory, set the
+        pragmas and migrate); StoreError names the path."""
         await self._conn.open()
 
     async def begin_run(self) -> bool:
-        """The service starts: True when the previous run did not end cleanly, in which
-        case the file was checked (PRAGMA quick_check) and a damaged one refused."""
+        """A gateway starts: True when the previous run did not end cleanly, in which case
+        the file was checked (PRAGMA quick_check) and a damaged one refused. Beside a live
+        gateway (a `chat` beside the service) there is nothing to check, and it stays the
+        one named: each clears only its own name when it stops."""
         previous = await self.get_setting(_RUN_KEY)
-        unclean = bool(previous)
-        if unclean:
+        if previous and integrity.still_running(previous):
+            return False
+        if previous:
             log.warning("the previous run (pid %s) did not end cleanly; checking %s",
                         previous, self._path)
-            problem = await asyncio.to_thread(self._quick_check)
-            if problem:
+            if problem := await asyncio.to_thread(self._quick_check):
                 raise StoreError(integrity.damaged(self._path, problem))
         await self.put_setting(_RUN_KEY, str(os.getpid()))
-        return unclean
+        return bool(previous)
 
     async def end_run(self) -> None:
-        """The service stops cleanly: the next start needs no check."""
-        await self.put_setting(_RUN_KEY, "")
+        """The gateway stops cleanly: the next start needs no check."""
+        await self._write_statement(q.END_RUN, (time.time(), _RUN_KEY, str(os.getpid())))
 
     def _quick_check(self) -> str | None:
-        db = self._conn.plain()
-        try:
+        with closing(self._conn.plain()) as db:
             return integrity.quick_check(db)
-        finally:
-            db.close()
 
     async def backup(self, dest: str | os.PathLike[str]) -> None:
         """A consistent copy at `dest` (SQLite's online backup), while others write."""
@@ -110,11 +114,8 @@ class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
             raise StoreError(f"backup refused: {problem}")
 
         def copy() -> None:
-            source = self._conn.plain()
-            try:
+            with closing(self._conn.plain()) as source:
                 integrity.copy_to(source, str(dest), self._path)
-            finally:
-                source.close()
 
         try:
             await asyncio.to_thread(copy)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from storage.sqlite import SqliteSessionStore
 from tests.harness.cli import cli_env, threadline
 from tests.harness.gateway import write_config
 
@@ -77,6 +78,8 @@ async def test_piped_line_with_invalid_utf8_is_still_answered(tmp_path, fake_ope
 @pytest.mark.parametrize("action", ["tip", "show"])
 async def test_unknown_session_is_reported_on_stderr(tmp_path, action):
     config = str(write_config(tmp_path))
+    async with SqliteSessionStore(tmp_path / "threadline.db"):
+        pass  # the database exists, without that session
     ran = await threadline("sessions", action, "no-such-id", "--config", config, home=tmp_path)
     assert ran.code == 1
     assert ran.out == ""

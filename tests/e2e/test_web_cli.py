@@ -7,6 +7,7 @@ import signal
 
 import aiohttp
 
+from storage.sqlite import SqliteSessionStore
 from tests.harness.cli import THREADLINE, cli_env, threadline
 from tests.harness.fixtures import free_port
 from tests.harness.gateway import write_config
@@ -15,6 +16,8 @@ from tests.harness.gateway import write_config
 async def test_web_serves_the_view_with_its_token_and_stops_on_sigterm(tmp_path) -> None:
     port = free_port()
     config = str(write_config(tmp_path, web={"port": port, "token": "${WEB_TOKEN}"}))
+    async with SqliteSessionStore(tmp_path / "threadline.db"):
+        pass  # the web view reads what the service made; it makes no database itself
     proc = await asyncio.create_subprocess_exec(
         THREADLINE, "web", "--config", config, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=cli_env(tmp_path, WEB_TOKEN="s3cret-web-token-of-some-length"))

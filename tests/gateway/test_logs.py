@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -37,6 +38,10 @@ def test_json_log_lines_keep_the_traceback_but_not_the_secrets_in_it(
     assert "Traceback" in entry["exc"] and "RuntimeError: upstream refused" in entry["exc"]
     assert PATTERN_KEY not in lines[0] and CONFIGURED_KEY not in lines[0]
     assert "[REDACTED]" in entry["exc"]
+    # The time says its zone: a log collector never has to guess the server's clock.
+    at = datetime.fromisoformat(entry["at"])
+    assert at.utcoffset() == timedelta(0)
+    assert abs((datetime.now(UTC) - at).total_seconds()) < 300
 
 
 def test_the_storage_password_is_masked_raw_and_percent_decoded(

@@ -469,7 +469,7 @@ async def test_after_an_unclean_exit_the_file_is_checked_and_damage_names_the_ba
     async with SqliteSessionStore(path) as store:
         with pytest.raises(StoreError) as caught:
             await store.begin_run()
-    assert f"the last backup is {copy.resolve()}" in str(caught.value)
+    assert f"`threadline restore {copy.resolve()}`" in str(caught.value)
 
 
 async def test_a_backup_taken_while_another_connection_writes_is_whole(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from storage.errors import LeaseLost, StoreError
 from storage.models import Compaction, OutChunk, TurnRecord, UsageRecord
 from storage.postgres import PostgresSessionStore
+from storage.postgres import schema as pg_schema
 from tests.harness.fixtures import free_port
 from tests.harness.store import msg
 
@@ -33,6 +34,23 @@ async def test_a_newer_schema_is_refused_by_name(postgres_url: str) -> None:
         await con.close()
     with pytest.raises(StoreError, match="schema version 99, newer than"):
         await PostgresSessionStore(postgres_url).initialize()
+
+
+async def test_an_older_schema_is_upgraded_only_by_the_service(postgres_url: str) -> None:
+    async with PostgresSessionStore(postgres_url):
+        pass
+    con = await asyncpg.connect(postgres_url)
+    try:  # as an older release left it (only the version is read before refusing)
+        await con.execute("DELETE FROM schema_version WHERE version = "
+                          "(SELECT max(version) FROM schema_version)")
+        with pytest.raises(StoreError, match="this database needs an upgrade; run the service"):
+            await PostgresSessionStore(postgres_url, upgrade=False).initialize()
+        assert await con.fetchval("SELECT count(*) FROM schema_version") == \
+            pg_schema.SCHEMA_VERSION - 1
+    finally:
+        await con.execute("INSERT INTO schema_version (version) VALUES ($1)",
+                          pg_schema.SCHEMA_VERSION)
+        await con.close()
 
 
 async def test_a_process_whose_chat_lease_was_taken_writes_nothing_for_it(
