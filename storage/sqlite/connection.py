@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from storage import owner_only
 from storage.errors import StoreError
-from storage.sqlite import integrity, schema
+from storage.sqlite import opening, schema
 from storage.sqlite.faults import store_error
 from storage.sqlite.reader import Reader
 
@@ -67,8 +67,9 @@ class StoreStats:
 
 class SqliteConnection:
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
-                 lock_retries: int = 5) -> None:
+                 lock_retries: int = 5, access: opening.Access = "upgrade") -> None:
         self.path = str(path)
+        self.access = access
         self.busy_timeout_ms = busy_timeout_ms
         self._lock_retries = lock_retries
         self._db: Db | None = None
@@ -80,10 +81,13 @@ class SqliteConnection:
         self.stats = StoreStats()
 
     async def open(self) -> None:
-        """Create the directory, open, set the pragmas and migrate; StoreError names the path."""
+        """Open in the connection's way (storage/sqlite/opening.py): for `upgrade`, create
+        the directory, set the pragmas and migrate; StoreError names the path."""
         if self._db is not None:
             return
-        if self.path != ":memory:":
+        if problem := opening.missing(self.path, self.access):
+            raise StoreError(problem)
+        if self.path != ":memory:" and self.access == "upgrade":
             try:
                 owner_only.make_dirs(Path(self.path).parent)
             except OSError as exc:
@@ -99,26 +103,12 @@ class SqliteConnection:
         self._writer = asyncio.create_task(self._serve(), name=f"store {self.path}")
 
     def _connect(self) -> Db:
-        try:
-            if self.path != ":memory:":
-                owner_only.create_file(Path(self.path))  # its -wal and -shm take its mode
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
-        try:
-            schema.configure(db, self.busy_timeout_ms)
-            schema.migrate(db, self.path)
+        db = opening.connect(self.path, self.access, self.busy_timeout_ms)
+        if self.access not in opening.READ_ONLY:
             # On the loop's connection a lock is waited for by sleeping, not by blocking,
             # and checkpoints (which fsync) are left to the reader thread.
             db.execute("PRAGMA busy_timeout = 0")
             db.execute("PRAGMA wal_autocheckpoint = 0")
-        except BaseException as exc:
-            db.close()
-            if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
-                raise StoreError(integrity.damaged(self.path, str(exc))) from exc
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"cannot open database {self.path}: {exc}") from exc
-            raise
         return db
 
     async def close(self) -> None:
@@ -132,7 +122,8 @@ class SqliteConnection:
             await asyncio.wait([writer])
         self._db = None
         try:
-            schema.optimize(db)
+            if self.access not in opening.READ_ONLY:
+                schema.optimize(db)
         except sqlite3.Error:
             log.debug("PRAGMA optimize failed on %s", self.path, exc_info=True)
         await reader.close()
@@ -140,7 +131,7 @@ class SqliteConnection:
 
     def plain(self) -> sqlite3.Connection:
         """A separate blocking connection to the same file, for a worker thread."""
-        return sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000)
+        return opening.plain(self.path, self.access, self.busy_timeout_ms / 1000)
 
     async def read(self, work: Work[T], *, heavy: bool = False) -> T:
         """Run `work` outside any transaction, after every call queued before it.
@@ -374,11 +365,6 @@ def _rollback(db: Db) -> None:
             db.execute("ROLLBACK")
         except sqlite3.Error:
             log.exception("rollback failed")
-
-
-def _is_damage(exc: sqlite3.DatabaseError) -> bool:
-    text = str(exc).lower()
-    return "not a database" in text or "malformed" in text or "corrupt" in text
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
