@@ -97,7 +97,8 @@ def copy_to(source: sqlite3.Connection, dest: str, db_path: str, *, record: bool
             raise sqlite3.DatabaseError(f"the copy failed its check: {problem}")
         os.replace(partial, target)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        for leftover in ("", "-journal", "-wal", "-shm"):  # the copy's own journal too
+            Path(f"{partial}{leftover}").unlink(missing_ok=True)
         raise
     os.chmod(target, owner_only.FILE_MODE)
     if record:

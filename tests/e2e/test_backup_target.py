@@ -11,6 +11,8 @@ from pathlib import Path
 from storage.sqlite import SqliteSessionStore
 from tests.harness.cli import threadline
 from tests.harness.gateway import write_config
+from tests.harness.small_disk import small_disk
+from tests.harness.store import msg
 
 
 def digest(path: Path) -> str:
@@ -46,3 +48,18 @@ async def test_a_backup_onto_the_live_database_is_refused_and_changes_nothing(
         fine = await threadline("backup", str(tmp_path / "copy.db"), "--config", config,
                                 home=tmp_path)
         assert fine.code == 0, fine.err
+
+
+async def test_a_backup_that_fails_for_space_leaves_nothing_behind(tmp_path: Path) -> None:
+    db = tmp_path / "threadline.db"
+    async with SqliteSessionStore(db) as store:
+        session = await store.open_session("console:local", model="m", system_prompt=None)
+        await store.append_messages(session.id, [
+            msg("user", f"{n} " + "words to keep " * 2000) for n in range(80)])
+    config = str(write_config(tmp_path, storage={"path": str(db)}))
+    with small_disk(tmp_path / "disk", 1) as disk:  # the database does not fit on it
+        ran = await threadline("backup", str(disk.path / "copy.db"), "--config", config,
+                               home=tmp_path)
+        assert ran.code == 1 and "Traceback" not in ran.err, ran.err
+        assert "full" in ran.err.lower() or "space" in ran.err.lower(), ran.err
+        assert list(disk.path.iterdir()) == []  # no copy, no .partial
