@@ -23,7 +23,7 @@ from tests.harness.waiting import eventually
 pytestmark = pytest.mark.timeout(300)
 CHATS = 8
 FIRST_USER = 5570001
-EVERY_S = 0.1  # a message from one of the chats, round robin
+EVERY_S = 0.05  # a message from one of the chats, round robin
 ANSWERED_WITHIN_S = 30.0
 
 
@@ -91,7 +91,7 @@ async def test_a_disk_filled_under_traffic_then_freed_answers_every_message_once
             full_at = time.monotonic()
             await service.wait_for_line("is full", timeout=30)  # the store met the full disk
             noticed = time.monotonic()
-            await asyncio.sleep(3.0)  # messages keep coming while nothing can be stored
+            await asyncio.sleep(4.0)  # messages keep coming while nothing can be stored
             calls_before_free = len(fake_openai.calls_to("/chat/completions"))
             disk.free()
             freed = time.monotonic()

@@ -81,6 +81,48 @@ async def test_a_reply_that_cannot_be_stored_waits_for_space_then_comes_once(
     assert texts[1].startswith("echo: [file: note.txt") and "BLUE_POT" in texts[1]
 
 
+class FillingPlatform(RecordingPlatform):
+    """A platform that takes a reply just as the disk fills: the reply is out, and the
+    ledger has yet to learn it."""
+
+    def __init__(self, disk: SmallDisk) -> None:
+        super().__init__()
+        self.disk = disk
+        self.fill_on_send = False
+
+    async def record_send(self, chat: ChatRef, text: str, reply_to: str | None) -> str:
+        sent = await super().record_send(chat, text, reply_to)
+        if self.fill_on_send:
+            self.fill_on_send = False
+            self.disk.fill()
+        return sent
+
+
+async def test_a_reply_sent_as_the_disk_fills_is_recorded_later_and_never_sent_again(
+        tmp_path: Path, disk: SmallDisk, fake_openai,
+        caplog: pytest.LogCaptureFixture) -> None:
+    config = config_for(tmp_path, fake_openai.base_url,
+                        storage={"path": str(disk.path / "threadline.db")})
+    platform = FillingPlatform(disk)
+    started = await started_gateway(config, [platform])
+    try:
+        await platform.say("hello")
+        await platform.wait_delivered(1)
+        caplog.set_level(logging.WARNING, logger="gateway")
+        platform.fill_on_send = True
+        await platform.say("and now?")
+        await eventually(lambda: caplog.records, timeout=5)  # the ledger write failed
+        await asyncio.sleep(1.0)
+        disk.free()
+        await platform.wait_delivered(2, timeout=15)
+        await asyncio.sleep(1.0)  # room for the same reply a second time
+    finally:
+        disk.free()
+        await close(started)
+    assert platform.texts(CHAT) == ["echo: hello", "echo: and now?"]
+    assert model_calls(fake_openai) == 2
+
+
 # --- the waits of one batch, against a store that reads but will not take the turn -------
 
 
