@@ -78,8 +78,9 @@ def _judge_version(label: str, version: int, newest: int) -> Result:
                                          f"Threadline understands (v{newest}); "
                                          "upgrade Threadline")
     if version < newest:
-        return Result("database", True, f"{label}: schema v{version} "
-                                        f"(will be migrated to v{newest})")
+        return Result("database", True, f"{label}: schema v{version}: this database needs an "
+                                        f"upgrade to v{newest}; the service does it when it "
+                                        "next starts, keeping a copy of the old file")
     return Result("database", True, f"{label}: schema v{version}")
 
 
@@ -154,12 +155,13 @@ def _inspect(db: Path) -> Result:
         return Result("database", True, f"{db} is empty; it will be set up")
     if not header.startswith(SQLITE_MAGIC):
         return Result("database", False, f"{db} is not a SQLite database (damaged, or another "
-                                         "file); restore it from a backup or move it away")
+                                         "file); `threadline restore BACKUP` puts a backup in its "
+                                         "place")
     try:
         version, verdict = _read_only_check(db, wal=2 in header[18:20])
     except sqlite3.Error as exc:
         return Result("database", False, f"{db} cannot be read ({plain_error(exc)}); "
-                                         "restore it from a backup or move it away")
+                                         "`threadline restore BACKUP` puts a backup in its place")
     return _judge(db, version, verdict)
 
 
@@ -185,6 +187,6 @@ def _judge(db: Path, version: int, verdict: str) -> Result:
 
     if verdict != "ok":
         return Result("database", False, f"{db} is damaged (quick_check: {plain_error(verdict)});"
-                                         " restore it from a backup")
+                                         " `threadline restore BACKUP` puts a backup in its place")
     return _judge_version(str(db), version, SCHEMA_VERSION)
 

@@ -216,7 +216,7 @@ def _with_version(path: Path, version: int) -> None:
 
 @pytest.mark.parametrize(("version", "code", "says"), [
     (SCHEMA_VERSION, 0, f"schema v{SCHEMA_VERSION}"),
-    (1, 0, f"schema v1 (will be migrated to v{SCHEMA_VERSION})"),
+    (1, 0, f"schema v1: this database needs an upgrade to v{SCHEMA_VERSION}"),
     (SCHEMA_VERSION + 1, 1, "newer than this Threadline understands"),
 ], ids=["current", "older", "newer"])
 async def test_an_existing_database_is_read_but_never_migrated(setup, version, code, says):
