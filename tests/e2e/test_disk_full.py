@@ -27,6 +27,15 @@ EVERY_S = 0.05  # a message from one of the chats, round robin
 ANSWERED_WITHIN_S = 30.0
 
 
+def run_config(tmp_path: Path, fake_openai, fake_telegram, db: Path) -> str:
+    platforms = {"console": {"enabled": False},
+                 "telegram": {"enabled": True, "token": fake_telegram.token,
+                              "base_url": fake_telegram.base_url,
+                              "base_file_url": fake_telegram.base_file_url}}
+    return str(write_config(tmp_path, model={"base_url": fake_openai.base_url},
+                            platforms=platforms, storage={"path": str(db)}))
+
+
 def rows(db: Path, sql: str) -> list[tuple]:
     with closing(sqlite3.connect(db)) as conn:
         return [tuple(r) for r in conn.execute(sql)]
@@ -66,7 +75,20 @@ def settled(fake_telegram, db: Path, traffic: Traffic) -> bool:
         return False
     ledger = rows(db, "SELECT status, count(*) FROM inbound GROUP BY status")
     open_rows = rows(db, "SELECT count(*) FROM deliveries WHERE status = 'pending'")[0][0]
-    return ledger == [("answered", traffic.sent + 1)] and not open_rows  # and the first
+    return ledger == [("answered", traffic.sent + 1)] and not open_rows  # + the first one
+
+
+def each_answered_once(fake_telegram, traffic: Traffic) -> None:
+    """No apology, no message answered twice, and each chat's newest one answered."""
+    replies = {user: fake_telegram.messages(user) for user in traffic.pushed}
+    texts = [m.text for sent in replies.values() for m in sent]
+    assert GENERIC_FAILURE not in texts  # nobody was told it failed
+    twice = {user: [t for t, n in Counter(m.reply_to for m in sent).items() if n > 1]
+             for user, sent in replies.items()}
+    assert not any(twice.values()), twice
+    assert len(texts) == len(set(texts)), [t for t, n in Counter(texts).items() if n > 1]
+    for user, sent in replies.items():  # a batch's reply answers its newest message
+        assert any(m.reply_to == max(traffic.pushed[user]) for m in sent), user
 
 
 async def test_a_disk_filled_under_traffic_then_freed_answers_every_message_once(
@@ -74,13 +96,8 @@ async def test_a_disk_filled_under_traffic_then_freed_answers_every_message_once
     fake_openai.answer_delay_s = 0.2  # turns are in flight when the disk fills
     with small_disk(tmp_path / "data", size_mb=24) as disk:
         db = disk.path / "threadline.db"
-        platforms = {"console": {"enabled": False},
-                     "telegram": {"enabled": True, "token": fake_telegram.token,
-                                  "base_url": fake_telegram.base_url,
-                                  "base_file_url": fake_telegram.base_file_url}}
-        config = write_config(tmp_path, model={"base_url": fake_openai.base_url},
-                              platforms=platforms, storage={"path": str(db)})
-        service = await Running.start(tmp_path, "run", "--config", str(config))
+        config = run_config(tmp_path, fake_openai, fake_telegram, db)
+        service = await Running.start(tmp_path, "run", "--config", config)
         traffic = Traffic(fake_telegram)
         try:
             started = time.monotonic()
@@ -104,25 +121,14 @@ async def test_a_disk_filled_under_traffic_then_freed_answers_every_message_once
                                           "status"), len(fake_telegram.pending_updates)))
             done = time.monotonic()
             await asyncio.sleep(2.0)  # room for a late duplicate or apology
-            assert service.proc.returncode is None, service.log  # never restarted
-            running_pid = service.pid
+            assert service.proc.returncode is None, service.log  # the same process all along
         finally:
             await traffic.stop()
             disk.free()
             code = await service.stop()
         assert code == 0, service.log
         maybe_twice = rows(db, "SELECT count(*) FROM deliveries WHERE maybe_sent = 1")[0][0]
-    replies = {user: fake_telegram.messages(user) for user in traffic.pushed}
-    texts = [m.text for sent in replies.values() for m in sent]
-    assert GENERIC_FAILURE not in texts  # nobody was told it failed
-    twice = {user: [t for t, n in Counter(m.reply_to for m in sent).items() if n > 1]
-             for user, sent in replies.items()}
-    assert not any(twice.values()), twice  # no message answered twice
-    assert len(texts) == len(set(texts)), [t for t, n in Counter(texts).items() if n > 1]
-    last = {user: max(ids) for user, ids in traffic.pushed.items()}
-    for user, sent in replies.items():  # the newest message of each chat has its answer
-        assert any(m.reply_to == last[user] for m in sent), (user, last[user])
-    assert service.pid == running_pid
+    each_answered_once(fake_telegram, traffic)
     assert maybe_twice == 0  # no reply part was ever sent without knowing it was not before
     print(f"\n{traffic.sent} messages in {CHATS} chats; filler {filled >> 20} MB; the store "
           f"met the full disk {noticed - full_at:.1f} s after it filled; "
@@ -133,12 +139,7 @@ async def test_a_disk_filled_under_traffic_then_freed_answers_every_message_once
 async def test_doctor_says_when_the_database_disk_is_nearly_full(
         tmp_path, fake_openai, fake_telegram):
     with small_disk(tmp_path / "data", size_mb=120) as disk:
-        platforms = {"console": {"enabled": False},
-                     "telegram": {"enabled": True, "token": fake_telegram.token,
-                                  "base_url": fake_telegram.base_url}}
-        config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url},
-                                  platforms=platforms,
-                                  storage={"path": str(disk.path / "threadline.db")}))
+        config = run_config(tmp_path, fake_openai, fake_telegram, disk.path / "threadline.db")
 
         async def database_line() -> tuple[int, str, str]:
             ran = await threadline("doctor", "--config", config, home=tmp_path, timeout=60)
