@@ -44,6 +44,7 @@ TYPING_REFRESH_S = 4.0
 # next one (docs/architecture.md, "Sending").
 DOWN_RETRIES_S = (1.0, 2.0, 4.0, 8.0)
 STILL_DOWN_NOTE_S = 60.0  # while a call keeps failing, one log line this often
+STORE_RETRIES_S = (0.5, 10.0)  # recording a sent part: the first wait, doubling to the last
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,26 @@ class Outbound:
             if outcome is False:
                 return False
             refused = isinstance(outcome, Undeliverable)
-            await self.store.mark_delivered(chunk.inbound_id, chunk.chunk,
-                                            None if refused else outcome, failed=refused)
+            await self._mark_delivered(chunk, None if refused else outcome, refused)
         return True
+
+    async def _mark_delivered(self, chunk: Delivery, message_id: str | None,
+                              refused: bool) -> None:
+        """The platform has the chunk (or refused it for good): the ledger must learn it,
+        however long the store is out of reach or its disk full, for a chunk left pending
+        is sent again, and shows twice. The chat waits meanwhile, as for a platform outage."""
+        pause = STORE_RETRIES_S[0]
+        while True:
+            try:
+                await self.store.mark_delivered(chunk.inbound_id, chunk.chunk, message_id,
+                                                failed=refused)
+                return
+            except StoreUnavailable as exc:
+                if pause == STORE_RETRIES_S[0]:
+                    log.warning("a reply part to inbound %s was sent; recording that waits "
+                                "for the database (%s)", chunk.inbound_id, exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, STORE_RETRIES_S[1])
 
     async def _edit_chunk(self, chat: ChatRef, message_id: str, chunk: Chunk
                           ) -> str | None | Undeliverable | bool:
