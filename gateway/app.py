@@ -211,6 +211,8 @@ class Gateway(Intake, Recovering):
         if ran:
             try:
                 await self.store.end_run()
+            except StoreUnavailable as exc:  # a full disk: the next start checks the file
+                log.warning("recording a clean stop failed: %s", plain_error(exc))
             except Exception:
                 log.exception("recording a clean stop failed")
         await self.store.shutdown()
