@@ -32,6 +32,12 @@ async def threadline(*args: str, stdin: str | bytes = "", home: Path,
     proc = await asyncio.create_subprocess_exec(
         THREADLINE, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=str(home), env=env or cli_env(home), umask=umask)
-    out, err = await asyncio.wait_for(proc.communicate(data), timeout)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(data), timeout)
+    except BaseException:  # a timeout (or a cancelled test) leaves no process behind
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
     assert proc.returncode is not None
     return Ran(proc.returncode, out.decode(), err.decode())
