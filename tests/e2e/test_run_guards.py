@@ -85,12 +85,13 @@ def without_llama_cpp(tmp_path: Path) -> dict[str, str]:
     return cli_env(tmp_path, PYTHONPATH=str(shadow.parent))
 
 
-@pytest.mark.parametrize("command", ["run", "chat"])
+@pytest.mark.parametrize("command", [["run"], ["chat"], ["compress", "console:local"]],
+                         ids=["run", "chat", "compress"])
 async def test_a_local_model_without_the_local_extra_stops_the_start_in_one_line(
         tmp_path, without_llama_cpp, command):
     config = str(write_config(tmp_path, model={"provider": "local",
                                                "name": "SmolLM2-135M-Instruct"}))
-    ran = await threadline(command, "--config", config, stdin="hello\n", home=tmp_path,
+    ran = await threadline(*command, "--config", config, stdin="hello\n", home=tmp_path,
                            env=without_llama_cpp, timeout=60)
     assert ran.code == EX_CONFIG, ran.out + ran.err
     [line] = ran.err.strip().splitlines()

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
 from contextlib import closing
 from pathlib import Path
 
-from storage.sqlite import schema
+from storage.sqlite import SqliteSessionStore, schema
 from tests.harness.cli import cli_env, threadline
-from tests.harness.gateway import telegram_run_config
+from tests.harness.gateway import telegram_run_config, write_config
 from tests.harness.running import Running, answered
+from tests.harness.small_disk import small_disk
 
 OLD = 9  # the schema of a database an earlier release wrote
 
@@ -107,3 +109,16 @@ async def test_sessions_on_a_mistyped_home_creates_nothing(tmp_path, fake_openai
                            env=cli_env(home))
     assert ran.code == 1 and "there is no database at" in ran.err, ran.err
     assert not home.exists()
+
+
+async def test_sessions_reads_a_database_on_read_only_media(tmp_path):
+    with small_disk(tmp_path / "media", 8) as media:
+        db = media.path / "threadline.db"
+        config = str(write_config(tmp_path, storage={"path": str(db)}))
+        async with SqliteSessionStore(db) as store:
+            await store.open_session("telegram:5550037", model="m", system_prompt=None)
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(media.path)],  # noqa: ASYNC221
+                                   capture_output=True, text=True)
+        assert remounted.returncode == 0, remounted.stderr
+        ran = await threadline("sessions", "list", "--config", config, home=tmp_path)
+        assert ran.code == 0 and "telegram:5550037" in ran.out, ran.err
