@@ -11,7 +11,7 @@ DEV_STAMP   := $(VENV)/.installed-dev
 COMPILED       := $(shell grep -o '"agent/[a-z_/]*\.py"' setup.py | tr -d '"')
 COMPILED_STAMP := $(VENV)/.compiled
 
-.PHONY: run test lint bench clean systemd-analyze postgres-server chromium compiler
+.PHONY: run test test-loaded lint bench clean systemd-analyze postgres-server chromium compiler
 
 # Writes the requirements of one extra in pyproject.toml to .venv/EXTRA.txt, so pip can
 # install them apart from the rest: $(call extra,EXTRA)
@@ -53,6 +53,11 @@ lint: $(DEV_STAMP)
 
 test: $(DEV_STAMP) $(COMPILED_STAMP) lint systemd-analyze postgres-server chromium
 	$(BIN)/pytest
+
+# The tests whose waits are bounded in time, again, with two CPUs kept busy as on a CI
+# machine running other jobs (docs/architecture.md, "Under load"). CI runs it after `test`.
+test-loaded: $(DEV_STAMP) $(COMPILED_STAMP) postgres-server
+	$(BIN)/pytest -m timing --cpu-load 2
 
 # System packages some tests need, from Debian. Installing is best effort (root, or sudo
 # without a password); when a package cannot be installed, the tests that need it fail and

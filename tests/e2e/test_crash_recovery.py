@@ -9,8 +9,13 @@ import signal
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.harness.cli import THREADLINE, cli_env, threadline
 from tests.harness.gateway import is_summary_request, summarizing_responder, write_config
+
+# Twenty starts of `chat`: a busy machine makes each slower, so the bound is generous.
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(600)]
 
 TRIALS = 20
 CHAT = "console:local"

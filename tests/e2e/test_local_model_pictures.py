@@ -11,7 +11,7 @@ import pytest
 from tests.harness.media import jpeg
 from tests.harness.telegram_gateway import telegram_config, telegram_gateway
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.model, pytest.mark.timing, pytest.mark.timeout(300)]
 USER = 5550003
 NOTICE = "This model can't see pictures"
 

@@ -27,6 +27,8 @@ from tests.harness.cluster import (
 )
 from tests.harness.waiting import eventually
 
+pytestmark = pytest.mark.timing  # `make test-loaded` runs it with the CPUs busy
+
 FIRST_USER = 7_100_000
 LEASE = 9.0  # long enough that a missed notice shows: the chat waits for its idle lease
 

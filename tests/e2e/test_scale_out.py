@@ -22,6 +22,8 @@ from tests.harness.cluster import (
 from tests.harness.gateway import summarizing_responder
 from tests.harness.media import b64, jpeg
 
+pytestmark = pytest.mark.timing  # `make test-loaded` runs it with the CPUs busy
+
 CHATS = 100
 PER_CHAT = 10
 FIRST_USER = 7_000_000

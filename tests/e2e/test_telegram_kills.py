@@ -15,9 +15,9 @@ from gateway.worker import SKIPPED
 from platforms.telegram.format import render
 from tests.harness.cli import THREADLINE, cli_env
 from tests.harness.gateway import write_config
-from tests.harness.waiting import eventually
+from tests.harness.waiting import eventually, while_moving
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(900)]
 CHATS = 10
 FIRST_USER = 5560001
 GROUP = -1005550777
@@ -76,10 +76,15 @@ async def test_twenty_kills_while_ten_chats_talk_lose_and_repeat_nothing(
         stop.set()
         await talking
         total = sum(len(ids) for ids in pushed.values())
-        await eventually(lambda: rows(db, "SELECT count(*) FROM inbound WHERE status IN "
-                                          "('answered', 'failed')")[0][0] == total,
-                         timeout=120, what=lambda: rows(db, "SELECT status, count(*) FROM "
-                                                            "inbound GROUP BY status"))
+
+        def done() -> int:
+            return rows(db, "SELECT count(*) FROM inbound WHERE status IN "
+                            "('answered', 'failed')")[0][0]
+
+        # The backlog drains at the machine's pace: fail only when it stops draining.
+        await while_moving(lambda: done() == total, done, stall=60,
+                           what=lambda: rows(db, "SELECT status, count(*) FROM inbound "
+                                                 "GROUP BY status"))
         await asyncio.sleep(1.5)  # room for a late duplicate
     finally:
         stop.set()

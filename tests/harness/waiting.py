@@ -18,3 +18,19 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 10.0,  # noqa
         if time.monotonic() > deadline:
             raise AssertionError(f"not true within {timeout}s: {what() if what else ''}")
         await asyncio.sleep(every)
+
+
+async def while_moving(check: Callable[[], Any], progress: Callable[[], Any], *,
+                       stall: float = 60.0, every: float = 0.1,
+                       what: Callable[[], Any] | None = None) -> None:
+    """Poll `check()` until true; fail only when `progress()` has not changed for `stall`
+    seconds. For a backlog drained at the machine's pace: a busy machine drains it slower,
+    a stuck gateway not at all (docs/architecture.md, "Under load")."""
+    last, moved = progress(), time.monotonic()
+    while not check():  # noqa: ASYNC110 - nothing to wait on but the clock
+        now, seen = time.monotonic(), progress()
+        if seen != last:
+            last, moved = seen, now
+        elif now - moved > stall:
+            raise AssertionError(f"no progress for {stall}s: {what() if what else seen}")
+        await asyncio.sleep(every)
