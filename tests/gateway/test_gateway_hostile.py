@@ -318,10 +318,13 @@ async def test_a_single_message_into_an_idle_chat_never_waits(tmp_path, fake_ope
 
 
 async def test_compress_of_an_unknown_chat_creates_nothing(tmp_path, fake_openai):
+    from storage.sqlite import SqliteSessionStore
     from tests.harness.cli import threadline
     from tests.harness.gateway import write_config
 
     config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url}))
+    async with SqliteSessionStore(db_of(tmp_path)):
+        pass  # the service made the database; the chat was never in it
     ran = await threadline("compress", "console:typo", "--config", config, home=tmp_path)
     assert ran.code != 0 and "console:typo" in ran.err
     assert await rows(db_of(tmp_path), "SELECT id FROM sessions") == []
