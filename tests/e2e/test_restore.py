@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from contextlib import closing
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +79,21 @@ async def test_restore_after_a_crash_with_a_leftover_wal_puts_back_exactly_the_b
         assert await again.stop() == 0
 
 
-async def test_restore_refuses_while_the_database_is_in_use_and_changes_nothing(
-        tmp_path, fake_openai, fake_telegram):
+@asynccontextmanager
+async def backed_up(tmp_path: Path, fake_openai: Any, fake_telegram: Any
+                    ) -> AsyncIterator[tuple[str, Path, Path, SqliteSessionStore]]:
+    """A database with a chat, open, and its backup: (config, db, backup, store)."""
     config = telegram_run_config(tmp_path, fake_telegram, fake_openai.base_url)
     db, backup = tmp_path / "threadline.db", tmp_path / "saved.db"
     async with SqliteSessionStore(db) as store:
         await store.open_session("telegram:1", model="m", system_prompt=None)
         await store.backup(backup)
+        yield config, db, backup, store
+
+
+async def test_restore_refuses_while_the_database_is_in_use_and_changes_nothing(
+        tmp_path, fake_openai, fake_telegram):
+    async with backed_up(tmp_path, fake_openai, fake_telegram) as (config, db, backup, _):
         # Open in another process's stead: a reader holds the -shm (a `chat`, `web`).
         ran = await threadline("restore", str(backup), "--config", config, home=tmp_path)
         assert ran.code == 1 and "open in another process" in ran.err, ran.err
@@ -99,13 +108,10 @@ async def test_restore_refuses_while_the_database_is_in_use_and_changes_nothing(
 
 async def test_a_backup_that_is_not_sound_is_refused_and_nothing_changes(
         tmp_path, fake_openai, fake_telegram):
-    config = telegram_run_config(tmp_path, fake_telegram, fake_openai.base_url)
-    db = tmp_path / "threadline.db"
-    async with SqliteSessionStore(db) as store:
-        await store.open_session("telegram:1", model="m", system_prompt=None)
-        await store.backup(tmp_path / "good.db")
+    async with backed_up(tmp_path, fake_openai, fake_telegram) as (config, db, saved, _):
+        pass
     before = digest(db)
-    good = (tmp_path / "good.db").read_bytes()
+    good = saved.read_bytes()
     (tmp_path / "junk.db").write_bytes(b"not a database at all" * 500)
     (tmp_path / "cut.db").write_bytes(good[:len(good) // 2])
     (tmp_path / "newer.db").write_bytes(good)
@@ -127,11 +133,7 @@ async def test_a_backup_that_is_not_sound_is_refused_and_nothing_changes(
 
 async def test_the_damaged_database_message_names_the_restore_command(
         tmp_path, fake_openai, fake_telegram):
-    config = telegram_run_config(tmp_path, fake_telegram, fake_openai.base_url)
-    db, backup = tmp_path / "threadline.db", tmp_path / "saved.db"
-    async with SqliteSessionStore(db) as store:
-        await store.open_session("telegram:1", model="m", system_prompt=None)
-        await store.backup(backup)
+    async with backed_up(tmp_path, fake_openai, fake_telegram) as (config, db, backup, store):
         await store.begin_run()  # ... and never ends it: a crash
     raw = bytearray(db.read_bytes())
     raw[4096 * 3:4096 * 4] = b"\xff" * 4096  # a page in the middle: only the check sees it
