@@ -19,6 +19,7 @@ from gateway.budget import SendBudget
 from gateway.metrics import Metrics
 from gateway.moves import ChatMoves
 from gateway.rendering import Renderer
+from gateway.streaming import PENDING_PREVIEW
 from platforms.base import (
     ChatMoved,
     ChatRef,
@@ -170,11 +171,22 @@ class Outbound:
         await self.discard(chat, previews[1:])
 
     async def discard(self, chat: ChatRef, message_ids: Sequence[str]) -> None:
-        """Delete previews the final reply did not need (logged when the platform will not)."""
+        """Delete previews the final reply did not need (logged when the platform will not).
+        A preview noted only by its key (PENDING_PREVIEW: its create was cut off before its
+        id came back) is found again by sending that key, which the platform answers with
+        the message it already has, then deleted (docs/architecture.md, "Streaming")."""
         adapter = self.adapters.get(chat.platform)
         for message_id in message_ids:
-            if adapter is not None:
-                await self._paced(chat, lambda to, m=message_id: adapter.delete(to, m))
+            if adapter is None:
+                continue
+            if message_id.startswith(PENDING_PREVIEW):
+                key = message_id.removeprefix(PENDING_PREVIEW)
+                found = await self._paced(chat, lambda to, k=key: adapter.send_preview(
+                    to, Chunk("\u2026", key=k)))
+                if not isinstance(found, str):
+                    continue
+                message_id = found
+            await self._paced(chat, lambda to, m=message_id: adapter.delete(to, m))
 
     async def delivered(self, chat: ChatRef, message_ids: tuple[str, ...]) -> None:
         """Tell the adapter everything about these inbound messages has been said."""

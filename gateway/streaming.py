@@ -31,6 +31,8 @@ from platforms.base import (
 from platforms.text import FENCE_CLOSE
 from storage.base import SessionStore
 
+# A preview recorded before its create, by its key alone (platforms that keep keys).
+PENDING_PREVIEW = "?"
 log = logging.getLogger(__name__)
 
 SKIPPED_RETRY_S = 0.25  # after a skipped update, look again this soon
@@ -225,6 +227,10 @@ class LiveReply:
             # Keyed by the turn's message and position: after a crash the turn's new
             # preview is the message a lost answer left behind (where the key is a nonce).
             chunk = dataclasses.replace(chunk, key=f"p{self.draft_id}.{index}")
+            if self.on_preview is not None and self.adapter.keeps_keys:
+                # Noted first by its key: a kill before its id comes back leaves a message
+                # that only the key can find again (Outbound.discard).
+                await self.on_preview(index, f"{PENDING_PREVIEW}{chunk.key}")
             message_id = await self.adapter.send_preview(chat, chunk,
                                                          self.reply_to if index == 0 else None)
             if message_id is None:

@@ -220,6 +220,9 @@ class PlatformAdapter(ABC):
     # Whether the platform delivers a message again when the handler could not store it
     # (Telegram's webhook and getUpdates do). When not, the gateway answers it instead.
     redelivers: bool = False
+    # Whether a second send of a Chunk's key returns the message the first made (Discord's
+    # nonce) instead of making another: then a message whose id was lost can be found again.
+    keeps_keys: bool = False
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler

@@ -82,6 +82,7 @@ class DiscordAdapter(PlatformAdapter):
     """DMs, guild text channels and threads (each thread a session of its own)."""
 
     name = "discord"
+    keeps_keys = True  # a create with a known nonce returns the message it made
     max_message_length = DISCORD_LIMIT
     limits = DISCORD_LIMITS
 

@@ -194,3 +194,37 @@ def rows(db: Path) -> list[tuple[Any, ...]]:
             return list(conn.execute("SELECT status, count(*) FROM inbound GROUP BY status"))
     except sqlite3.Error as exc:
         return [(str(exc),)]
+
+
+async def test_a_preview_whose_id_a_kill_lost_is_gone_when_its_message_is_skipped(
+        tmp_path, fake_openai, fake_discord):
+    """Killed twice while its first preview's create waits for its answer (the message
+    exists, its id never came back), the question is skipped as poison: the skip finds that
+    preview again by its key and removes it, and only the notice stays."""
+    fake_openai.responder = answer
+    fake_openai.stream_chunk_chars, fake_openai.stream_delay_s = 60, 0.05
+    fake_discord.answer_late("/messages", 30.0, times=2)  # the two previews' creates
+    [chat] = [fake_discord.dm_channel(str(FIRST_USER))]
+    config = config_file(tmp_path, fake_discord, fake_openai.base_url, streaming=True)
+    for run in range(2):
+        proc = await start(tmp_path, config, run)
+        try:
+            await fake_discord.wait_identified(run + 1, timeout=60)
+            if run == 0:
+                user = fake_discord.channels[chat]["recipients"][0]["id"]
+                await fake_discord.user_message(chat, "question Q000", author_id=user)
+            await while_moving(lambda n=run: len(shown(fake_discord, chat)) > n
+                               or len(fake_discord.nonce_replays) > n - 1 >= 0,
+                               lambda: len(fake_discord.calls), stall=60)
+        finally:
+            proc.kill()  # the create is done, its answer still on the way
+            await proc.wait()
+    assert shown(fake_discord, chat), "a half-written preview is on screen"
+    proc = await start(tmp_path, config, 2)
+    try:
+        await while_moving(lambda: shown(fake_discord, chat) == [SKIPPED],
+                           lambda: shown(fake_discord, chat), stall=60,
+                           what=lambda: shown(fake_discord, chat))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 60)
