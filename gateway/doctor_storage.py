@@ -158,22 +158,19 @@ def _inspect(db: Path) -> Result:
                                          "file); `threadline restore BACKUP` puts a backup in its "
                                          "place")
     try:
-        version, verdict = _read_only_check(db, wal=2 in header[18:20])
+        version, verdict = _read_only_check(db)
     except sqlite3.Error as exc:
         return Result("database", False, f"{db} cannot be read ({plain_error(exc)}); "
                                          "`threadline restore BACKUP` puts a backup in its place")
     return _judge(db, version, verdict)
 
 
-def _read_only_check(db: Path, *, wal: bool) -> tuple[int, str]:
-    """(user_version, quick_check verdict), opened so that SQLite cannot write anything."""
-    uri = f"{db.absolute().as_uri()}?mode=ro"
-    if wal and not Path(f"{db}-wal").exists():
-        # No -wal file: nobody has the database open. A read-only open would still create
-        # -wal and -shm next to it, owned by whoever runs the doctor (often root), and the
-        # service could then not open its own database. `immutable` creates nothing.
-        uri += "&immutable=1"
-    conn = sqlite3.connect(uri, uri=True, timeout=2)
+def _read_only_check(db: Path) -> tuple[int, str]:
+    """(user_version, quick_check verdict), opened as the read-only commands open it: SQLite
+    writes nothing and creates nothing beside the file (storage/sqlite/opening.py)."""
+    from storage.sqlite.opening import plain
+
+    conn = plain(str(db), "read", 2.0)
     try:
         rows = conn.execute("PRAGMA quick_check").fetchall()
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
