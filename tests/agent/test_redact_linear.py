@@ -4,8 +4,6 @@ inside such text are still found (docs/architecture.md, "Secrets")."""
 
 from __future__ import annotations
 
-import gc
-import time
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.redact import REDACTED, redact
+from tests.harness.cpu import cpu_seconds
 from tests.harness.hostile_text import SHAPES as REPORTED
 from tests.harness.hostile_text import Repeated, hostile_shapes
 
@@ -101,15 +100,7 @@ SECRETS = ("hunter2x", "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
 
 
 def _cpu_seconds(redactor: Callable[[str], str], text: str) -> float:
-    # The calling thread's CPU time: a busy machine slows the wall clock, not this. The
-    # collector waits: a full collection of the test run's heap is not redaction's cost.
-    gc.disable()
-    try:
-        start = time.thread_time()
-        redactor(text)
-        return time.thread_time() - start
-    finally:
-        gc.enable()
+    return cpu_seconds(lambda: redactor(text))[1]
 
 
 def _assert_fast(shape: Callable[[int], str]) -> None:

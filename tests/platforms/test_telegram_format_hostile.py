@@ -14,6 +14,7 @@ from gateway.rendering import Renderer
 from platforms.base import ChatRef, Chunk, PlatformAdapter
 from platforms.telegram.format import render
 from tests.harness import jobs
+from tests.harness.cpu import cpu_seconds
 
 CPU_BOUND_S = 0.5  # a 100-level shape once took longer than the age of the universe
 
@@ -23,9 +24,7 @@ def nested(depth: int, marker: str = "> ", head: str = "x", tail: str = "x") -> 
 
 
 def timed_render(text: str) -> tuple[list[Chunk], float]:
-    started = time.thread_time()
-    chunks = render(text)
-    return chunks, time.thread_time() - started
+    return cpu_seconds(lambda: render(text))
 
 
 def test_the_reported_shape_renders_at_once_with_its_words() -> None:
