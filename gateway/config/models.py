@@ -32,39 +32,16 @@ from gateway.config.base import (
     resolve_path,
     rule_error,
 )
+from gateway.config.budgets import BudgetsConfig
 from gateway.config.chats import ChatSettings, check_chat_keys
+from gateway.config.entries import ModelConfig
 from gateway.config.platforms import PlatformsConfig
+from gateway.config.tools import ToolsConfig
 from storage.urls import url_password
 
 DEFAULT_SYSTEM_PROMPT = "You are Threadline, a helpful assistant."
 DB_FILENAME = "threadline.db"
 PLATFORM_NAMES = ("console", "telegram", "discord")
-
-
-class ModelConfig(Section):
-    provider: Literal["local", "openai", "anthropic"] = "local"
-    name: str = "SmolLM2-135M-Instruct"
-    base_url: OptStr = None
-    api_key: OptStr = None
-    context_length: int | None = Field(None, gt=0)
-    max_output_tokens: int = Field(1024, gt=0)
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(2, ge=0)
-    vision: bool | None = None  # takes pictures; None: known from the model name
-
-    @model_validator(mode="after")
-    def _credentials(self) -> ModelConfig:
-        if self.provider == "openai" and not self.base_url and not self.api_key:
-            raise rule_error(
-                "api_key",
-                "provider openai without base_url means api.openai.com and needs an API key; "
-                "set api_key: ${OPENAI_API_KEY}, or base_url for an OpenAI-compatible server",
-            )
-        if self.provider == "anthropic" and not self.api_key:
-            raise rule_error(
-                "api_key", "provider anthropic needs an API key; set api_key: ${ANTHROPIC_API_KEY}"
-            )
-        return self
 
 
 class CompressionConfig(Section):
@@ -292,6 +269,8 @@ class Config(Section):
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     chats: Annotated[dict[str, ChatSettings], BeforeValidator(_none_to_mapping),
                      AfterValidator(check_chat_keys)] = Field(default_factory=dict)
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
@@ -347,6 +326,9 @@ class Config(Section):
         """Every configured secret, for the log redaction filter."""
         candidates = (
             self.model.api_key,
+            *(entry.api_key for entry in self.model.fallbacks),
+            self.budgets.fallback_model.api_key if self.budgets.fallback_model else None,
+            *self.tools.secret_values(),
             self.auxiliary.compression.api_key,
             self.transcription.api_key,
             self.platforms.telegram.token,
