@@ -17,6 +17,8 @@ from storage.models import (
     OutChunk,
     SearchHit,
     SessionRecord,
+    SpendLimit,
+    Spent,
     StoredMessage,
     TurnRecord,
     UsageRecord,
@@ -287,6 +289,26 @@ class SessionStore(ABC):
         """The chat's kept messages, newest first (at most `limit`), received after
         `since` and after the chat's ledger row before `first_inbound`, and before `until`:
         what was said in the room since the bot was last addressed."""
+
+    # --- spending budgets --------------------------------------------------------------
+    # Spend is kept as counters under opaque keys made by the gateway (a user's day, a
+    # chat's month, ...), added to in the transaction that stores each usage row. A turn
+    # holds its estimated cost first, so turns racing past a limit overshoot by at most one.
+    @abstractmethod
+    async def spent(self, keys: Sequence[str], *, now: float) -> dict[str, Spent]:
+        """Each key's counter plus the holds under it that have not expired by `now`; a key
+        never used is Spent()."""
+
+    @abstractmethod
+    async def hold_spend(self, limits: Sequence[SpendLimit], hold_id: str, usd: float,
+                         tokens: int, *, now: float, ttl_s: float) -> str | None:
+        """Atomically (across processes): the key of the first limit already reached by
+        its spent-and-held amount, placing nothing; else hold (usd, tokens) under every
+        limit's key until `now + ttl_s` (or until released) and return None."""
+
+    @abstractmethod
+    async def release_hold(self, hold_id: str) -> None:
+        """Remove the hold (a turn that ended without booking usage); no-op when gone."""
 
     # --- usage -----------------------------------------------------------------------
     @abstractmethod

@@ -124,6 +124,16 @@ class UsageRecord(TokenCounts):
 
     model: str
     purpose: str
+    usd: float = 0.0  # the call's cost, as the gateway priced it
+    # The spend counters (opaque keys made by the gateway) this call adds to, in the
+    # transaction that stores it.
+    spend_keys: tuple[str, ...] = ()
+
+    @property
+    def spent_tokens(self) -> int:
+        """What a budget counts: everything the call read and wrote (reasoning is output)."""
+        return (self.input_tokens + self.output_tokens + self.cache_read_tokens
+                + self.cache_write_tokens)
 
 
 @dataclass(frozen=True)
@@ -177,6 +187,31 @@ class TurnRecord:
     # The reply as the platform will receive it, recorded as pending deliveries of the
     # last `replied` row in the same transaction, before the first chunk is sent.
     delivery: tuple[OutChunk, ...] = ()
+    # The spend hold (SessionStore.hold_spend) this turn placed: removed in the same
+    # transaction that books the turn's usage, so its cost is never counted twice.
+    release_hold: str | None = None
+
+
+@dataclass(frozen=True)
+class SpendLimit:
+    """A budget on one spend counter: reached once what is spent and held meets a limit
+    (None: no limit of that kind)."""
+
+    key: str
+    usd: float | None
+    tokens: int | None
+
+    def reached_by(self, spent: Spent) -> bool:
+        return ((self.usd is not None and spent.usd >= self.usd)
+                or (self.tokens is not None and spent.tokens >= self.tokens))
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A spend counter with the live holds under its key."""
+
+    usd: float = 0.0
+    tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The one transaction a compaction is, on PostgreSQL: end the parent, start its continuation.
+"""The one transaction a compaction is, on PostgreSQL: end the parent, start its continuation
+(and the rest of the turn that made it, `record_turn`).
 
 The same steps as `storage/sqlite/continuation.py` (which explains them): copies keep their
 original's metadata, inbound rows follow them, turns the compaction did not see are
@@ -12,9 +13,31 @@ from collections.abc import Sequence
 import asyncpg
 
 from storage.errors import ContinuationConflict, StoreError
-from storage.models import Compaction, NewMessage, StoredMessage
+from storage.models import Compaction, NewMessage, SessionRecord, StoredMessage, TurnRecord
 from storage.postgres import queries as q
+from storage.postgres import spending, turns
 from storage.rows import MESSAGE_FIELDS, dumps, new_session_id, source_seqs, with_metadata
+
+
+async def record_turn(con: q.Con, session_id: str, holder: str | None, turn: TurnRecord,
+                      now: float) -> SessionRecord:
+    """The store's record_turn for a turn with a compaction: several statements, inside the
+    caller's transaction (the rest of the turn as `turns.record` does it in one)."""
+    compaction = turn.compaction
+    assert compaction is not None
+    await turns.require_lease(con, session_id, holder)
+    await q.require_open(con, session_id, continuing=True)
+    before = await q.append(con, session_id, turn.before, now)
+    live_id = await continue_session(con, session_id, compaction, now, len(before))
+    after = await q.append(con, live_id, turn.after, now)
+    reply = (after or before or [None])[-1]
+    await q.set_reply(con, turn.replied, reply)
+    if turn.replied and reply is not None:
+        await q.insert_delivery(con, turn.replied[-1], reply.id, turn.delivery)
+    await q.mark_inbound(con, turn.failed)
+    await q.insert_usage(con, session_id, turn.usage, now)  # and its spend counters
+    await spending.release(con, turn.release_hold)
+    return await q.save_state(con, live_id, turn.engine_state, turn.last_prompt_tokens)
 
 
 async def continue_session(con: q.Con, parent_id: str, compaction: Compaction, now: float,

@@ -11,6 +11,7 @@ import asyncpg
 
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import NewMessage, OutChunk, SessionRecord, StoredMessage, UsageRecord
+from storage.postgres import spending
 from storage.rows import (
     INBOUND_COLUMNS,
     MAX_CHAIN_DEPTH,
@@ -261,6 +262,7 @@ async def set_reply(con: Con, inbound_ids: Sequence[int], reply: StoredMessage |
 
 async def insert_usage(con: Con, session_id: str, usage: Sequence[UsageRecord],
                        now: float) -> None:
+    """Store usage rows, and add them to their spend counters in the same transaction."""
     if usage:
         await con.executemany(
             "INSERT INTO usage (session_id, model, purpose, input, output, cache_read,"
@@ -268,6 +270,7 @@ async def insert_usage(con: Con, session_id: str, usage: Sequence[UsageRecord],
             [(session_id, u.model, u.purpose, u.input_tokens, u.output_tokens,
               u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens, now)
              for u in usage])
+        await spending.add(con, usage)
 
 
 async def save_state(con: Con, session_id: str, state: dict[str, Any] | None,

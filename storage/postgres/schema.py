@@ -14,7 +14,7 @@ import logging
 import asyncpg
 
 from storage.errors import StoreError
-from storage.postgres import turns
+from storage.postgres import spending, turns
 
 log = logging.getLogger(__name__)
 
@@ -207,9 +207,30 @@ _V7_OBSERVED = (
     "CREATE INDEX observed_by_chat ON observed(chat_key, received_at)",
 )
 
+# Spending budgets (storage/sqlite/schema.py, schema 12; storage/postgres/spending.py).
+_V8_SPENDING = (
+    """CREATE TABLE spend_counters (
+        key TEXT PRIMARY KEY,
+        usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+        tokens BIGINT NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE spend_holds (
+        hold_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        usd DOUBLE PRECISION NOT NULL,
+        tokens BIGINT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (hold_id, key)
+    )""",
+    "CREATE INDEX spend_holds_by_key ON spend_holds(key, expires_at)",
+    "CREATE INDEX spend_holds_by_expiry ON spend_holds(expires_at)",
+    *spending.FUNCTIONS,
+)
+
 # A turn's two writes as server functions (storage/postgres/turns.py).
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DELIVERY_FAULTS,
-                                           _V5_FILES, turns.FUNCTIONS, _V7_OBSERVED)
+                                           _V5_FILES, turns.FUNCTIONS, _V7_OBSERVED,
+                                           _V8_SPENDING)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

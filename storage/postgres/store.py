@@ -47,13 +47,14 @@ from storage.postgres.coordination import PostgresCoordination
 from storage.postgres.deliveries import DeliveryRows
 from storage.postgres.files import PostgresShelf
 from storage.postgres.observed import ObservedRows
+from storage.postgres.spending import SpendRows
 from storage.urls import mask_url, scrub
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Work = Callable[[q.Con], Awaitable[T]]
 
-class PostgresSessionStore(DeliveryRows, ObservedRows, SessionStore):
+class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
     """`storage: {url: postgresql://user@host/db}`: a store several processes share."""
 
     def __init__(self, url: str, *, min_connections: int = 1, max_connections: int = 10,
@@ -265,32 +266,12 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SessionStore):
                                 lambda stored: self._live.grew(session_id, len(stored)))
 
     async def record_turn(self, session_id: str, turn: TurnRecord) -> SessionRecord:
-        if turn.compaction is None:  # nearly every turn: one statement (turns.py)
-            return await self._then(session_id, lambda con: turns.record(
-                con, session_id, self.holder, turn, time.time()), self._live.put,
-                transaction=False)
-
-        async def work(con: q.Con) -> SessionRecord:
-            now = time.time()
-            await turns.require_lease(con, session_id, self.holder)
-            if turn.before or turn.after or turn.compaction is not None:
-                await q.require_open(con, session_id, continuing=turn.compaction is not None)
-            else:  # only the ledger, usage or engine state: fine on an ended session too
-                await q.end_reason_of(con, session_id, lock=True)
-            before = await q.append(con, session_id, turn.before, now)
-            live_id = session_id
-            if turn.compaction is not None:
-                live_id = await continuation.continue_session(con, session_id, turn.compaction,
-                                                              now, len(before))
-            after = await q.append(con, live_id, turn.after, now)
-            reply = (after or before or [None])[-1]
-            await q.set_reply(con, turn.replied, reply)
-            if turn.replied and reply is not None:
-                await q.insert_delivery(con, turn.replied[-1], reply.id, turn.delivery)
-            await q.mark_inbound(con, turn.failed)
-            await q.insert_usage(con, session_id, turn.usage, now)
-            return await q.save_state(con, live_id, turn.engine_state, turn.last_prompt_tokens)
-        return await self._then(session_id, work, self._live.put)
+        # Nearly every turn is one statement (turns.py); a compaction is a transaction.
+        compacted = turn.compaction is not None
+        record = continuation.record_turn if compacted else turns.record
+        return await self._then(session_id, lambda con: record(
+            con, session_id, self.holder, turn, time.time()), self._live.put,
+            transaction=compacted)
 
     async def search(self, query: str, chat_key: str | None = None,
                      limit: int = 50) -> list[SearchHit]:

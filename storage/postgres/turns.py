@@ -25,6 +25,7 @@ from storage.models import (
     TurnRecord,
     UsageRecord,
 )
+from storage.postgres import spending
 from storage.postgres.queries import LIVE_SESSION, search_text, stored_rows
 from storage.rows import (
     MAX_CHAIN_DEPTH,
@@ -215,7 +216,8 @@ def _params(count: int, first: int = 1) -> str:
 
 
 TAKE = f"SELECT row_id, row_seq FROM threadline_take({_params(18)})"
-TURN = f"SELECT * FROM threadline_turn({_params(28)})"
+# The turn's spend counters and hold go in the same statement (storage/postgres/spending.py).
+TURN = spending.with_spend(f"SELECT * FROM threadline_turn({_params(28)})", 29)
 OPEN_CHAT = f"SELECT * FROM threadline_open({_params(21)})"
 
 
@@ -248,7 +250,7 @@ async def record(con: asyncpg.Connection, session_id: str, holder: str | None,
         TURN, session_id, mode, holder, now, *message_arrays([*turn.before, *turn.after], now),
         replied, list(turn.failed), *chunk_arrays(turn.delivery if replied else ()),
         *usage_arrays(turn.usage), None if turn.engine_state is None
-        else dumps(turn.engine_state), turn.last_prompt_tokens)
+        else dumps(turn.engine_state), turn.last_prompt_tokens, *spending.turn_args(turn))
     return session_record(row)
 
 

@@ -28,6 +28,7 @@ from storage.rows import (
     new_session_id,
     session_record,
 )
+from storage.sqlite import spending
 
 T = TypeVar("T")
 
@@ -228,6 +229,7 @@ def take_inbound(db: sqlite3.Connection, inbound_ids: Sequence[int],
 
 def insert_usage(db: sqlite3.Connection, session_id: str,
                        usage: Sequence[UsageRecord], now: float) -> None:
+    """Store usage rows, and add them to their spend counters in the same transaction."""
     if not usage:
         return
     db.executemany(
@@ -235,6 +237,7 @@ def insert_usage(db: sqlite3.Connection, session_id: str,
         " cache_write, reasoning, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(session_id, u.model, u.purpose, u.input_tokens, u.output_tokens,
           u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens, now) for u in usage])
+    spending.add(db, usage)
 
 
 def save_state(db: sqlite3.Connection, session_id: str, state: dict[str, Any] | None,

@@ -253,11 +253,32 @@ _V11_OBSERVED = (
     "CREATE INDEX observed_by_chat ON observed(chat_key, received_at)",
 )
 
+# Schema 12: spending budgets (storage/sqlite/spending.py). A counter per opaque key,
+# added to with each stored usage row; holds are the estimated cost of turns still
+# running, each under every key its turn counts against, until released or expired.
+_V12_SPENDING = (
+    """CREATE TABLE spend_counters (
+        key TEXT PRIMARY KEY,
+        usd REAL NOT NULL DEFAULT 0,
+        tokens INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE spend_holds (
+        hold_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        usd REAL NOT NULL,
+        tokens INTEGER NOT NULL,
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (hold_id, key)
+    )""",
+    "CREATE INDEX spend_holds_by_key ON spend_holds(key, expires_at)",
+    "CREATE INDEX spend_holds_by_expiry ON spend_holds(expires_at)",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1_CORE, _V2_SEARCH, _V3_PENDING_REPLY,
                                            _V4_DELIVERIES, _V5_SETTINGS, _V6_ACTIVITY,
                                            _V7_ATTACHMENT_SEARCH, _V8_TURN_INDEXES,
                                            _V9_ATTEMPTS, _V10_DELIVERY_FAULTS,
-                                           _V11_OBSERVED)
+                                           _V11_OBSERVED, _V12_SPENDING)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -34,12 +34,13 @@ from storage.models import (
     UsageRecord,
     UsageTotals,
 )
-from storage.sqlite import continuation, integrity
+from storage.sqlite import continuation, integrity, spending
 from storage.sqlite import queries as q
 from storage.sqlite.connection import Db, SqliteConnection
 from storage.sqlite.deliveries import DeliveryRows
 from storage.sqlite.observed import ObservedRows
 from storage.sqlite.opening import Access
+from storage.sqlite.spending import SpendRows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,7 +50,7 @@ LIGHT_HISTORY = 500  # messages a history may have to be read on the loop itself
 _RUN_KEY = integrity.RUN_KEY
 
 
-class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
+class SqliteSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
     """The embedded store: `async with SqliteSessionStore(path) as store: ...`."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
@@ -243,6 +244,7 @@ class SqliteSessionStore(DeliveryRows, ObservedRows, SessionStore):
             q.mark_inbound(db, (), turn.failed)
             # A turn's usage is booked on the session it started in; totals are chain-wide.
             q.insert_usage(db, session_id, turn.usage, now)
+            spending.release(db, turn.release_hold)
             return q.save_state(db, live_id, turn.engine_state, turn.last_prompt_tokens)
         # A continuation's record replaces its parent as the chat's live session.
         return await self._then(session_id, work, self._live.put)
