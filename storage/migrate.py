@@ -53,6 +53,8 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("previews", "inbound_id, position, platform_message_id"),
     ("observed", "id, platform, chat_key, message_id, sender_id, sender_name, text,"
                  " received_at"),
+    # Spend so far (budgets); holds belong to turns running now, and none runs during a copy.
+    ("spend_counters", "key, usd, tokens"),
 )
 _IDENTITIES = ("messages", "usage", "inbound", "observed")
 FILE_DIRS = ("attachments", "tool_outputs")  # beside the file; their namespaces on the shelf

@@ -21,9 +21,14 @@ from tests.harness.store import msg
 CHAINS = 100
 
 
+def _spend_keys(chat: int) -> tuple[str, ...]:
+    return (f"chat:test:{chat}:m2026-11", "bot:m2026-11")
+
+
 def _turn(chat: int, step: int, compact: bool) -> TurnRecord:
     usage = (UsageRecord("fake-model", "chat", input_tokens=100 + chat, output_tokens=step + 1,
-                         cache_read_tokens=chat % 7),
+                         cache_read_tokens=chat % 7, usd=0.001 * chat,
+                         spend_keys=_spend_keys(chat)),
              UsageRecord("summary-model", "summary", input_tokens=chat, output_tokens=2))
     compaction = (Compaction(messages=(msg("system", "be brief"),
                                        msg("user", f"summary {chat}.{step} otter{chat}")),
@@ -66,6 +71,8 @@ async def _answers(store: SessionStore, chains: list[list[str]]) -> list[object]
     for word in ("walrus17", "otter42", "question"):
         out.append(sorted((h.session_id, h.seq) for h in await store.search(word, limit=500)))
     out.append(await store.open_inbound())
+    keys = [key for chat in range(CHAINS) for key in _spend_keys(chat)]
+    out.append(await store.spent(keys, now=0.0))  # budgets' counters
     return out
 
 
@@ -94,6 +101,7 @@ async def test_migrate_round_trips_chains_search_and_usage(tmp_path, postgres_ur
     ran = await threadline("migrate", "--to", postgres_url, "--config", config, home=tmp_path)
     assert ran.code == 0, ran.err
     assert f"{CHAINS} chats" in ran.out and "row counts equal" in ran.out, ran.out
+    assert f"{CHAINS + 1} spend_counters" in ran.out, ran.out
 
     async with PostgresSessionStore(postgres_url) as pg:
         assert await _answers(pg, chains) == expected
