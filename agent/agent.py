@@ -18,7 +18,9 @@ from agent.context_engine import (
     EngineStatus,
 )
 from agent.errors import AgentError, ContextOverflowError, OutputCapError
+from agent.fallback import Windows
 from agent.providers.base import Completion, Provider
+from agent.providers.chain import ModelChain, Route
 from agent.tokens import Transcript, image_tokens
 from agent.tools.budget import OutputBudget
 from agent.tools.calls import run_calls
@@ -50,7 +52,8 @@ class Agent:
     """Owns the live transcript of one session and its context engine instance.
 
     The host reads and steers the engine only through the methods below (status, state,
-    session boundaries, sizes), never through the engine itself.
+    session boundaries, sizes), never through the engine itself. `provider` may be a
+    `ModelChain`: each call of a turn then goes to the first model of it that answers.
     """
 
     def __init__(self, provider: Provider, engine: ContextEngine, *,
@@ -59,6 +62,7 @@ class Agent:
                  tools: ToolRegistry | None = None, budget: OutputBudget | None = None,
                  files: AttachmentFiles | None = None) -> None:
         self.provider = provider
+        self.models = ModelChain.of(provider)
         self.files = files  # where pictures sent in this chat are kept
         self.engine = engine
         self.tools = tools if tools else None  # an empty registry offers nothing
@@ -68,15 +72,14 @@ class Agent:
         self.limits = limits or ModelLimits()
         self.compression_enabled = compression_enabled
         self.messages: Transcript = engine.new_transcript()
-        if self.tools:  # the schemas go with every request: count them in its size
-            self.messages.set_request_overhead(tools=self.tools.schemas())
+        self._schemas: list[dict[str, Any]] | None = None  # the tools last offered
+        self._offer()
         self._stream: ReplyStream | None = None  # where this turn's answer is shown live
         self._new: list[dict[str, Any]] = []  # what this turn added to the transcript
         self._split: int | None = None  # len(_new) at the last compaction of this turn
         self._accepts_force = accepts_keyword(engine.compress, "force")
-        remembered = self.limits.windows.get(provider.model)
-        if remembered and remembered < engine.context_length:
-            engine.update_model(provider.model, remembered)
+        self.windows = Windows(engine, self.limits, self.models.head)
+        self._route: Route | None = None  # this turn's way through its models
 
     @classmethod
     def create(cls, provider: Provider, engine_factory: EngineFactory,
@@ -157,15 +160,19 @@ class Agent:
                          sources=tuple(origin.get(id(m)) for m in kept))
 
     # --- a model turn -------------------------------------------------------------------
-    async def run_turn(self, stream: ReplyStream | None = None) -> TurnResult:
+    async def run_turn(self, stream: ReplyStream | None = None, *,
+                       models: Provider | None = None) -> TurnResult:
         """Answer the transcript as it stands (the user messages are already appended).
 
-        With `stream` (and a provider that streams) the answer's text is shown as it is
-        written; what the turn returns and stores is the same as without.
+        With `stream` (and a model that streams) the answer's text is shown as it is
+        written; what the turn returns and stores is the same as without. `models` (a
+        provider or a `ModelChain`) runs this one turn instead of the agent's own, fitted
+        to its window the same way (docs/fallbacks.md).
         """
         stored, state = self.messages.as_list(), self.engine.export_state()
         self._new, self._split = [], None
-        self._stream = stream if getattr(self.provider, "streams", False) else None
+        self._stream = stream
+        self._route = (ModelChain.of(models) if models is not None else self.models).route()
         try:
             reply, notices = await self._run_turn()
         except AgentError as exc:
@@ -174,7 +181,8 @@ class Agent:
             self.engine.restore_state(state)
             raise TurnFailed(exc.user_message, cause=exc, usage=self.ledger.drain()) from exc
         finally:
-            self._stream = None
+            self._stream, self._route = None, None
+            self.windows.use(self.models.head)
         compaction = self._compacted(stored)
         split = self._split or 0
         return TurnResult(
@@ -189,10 +197,12 @@ class Agent:
     async def _run_turn(self) -> tuple[str, list[str]]:
         notices: list[str] = []
         compacted = False
+        assert self._route is not None
         if self.compression_enabled and self.engine.should_compress_preflight(self.messages):
             compacted = await self._compress(notices)
         for step in range(MAX_TOOL_STEPS + 1):
-            completion, recovered = await self._complete_with_recovery(notices)
+            completion, recovered = await self._route.call(
+                functools.partial(self._on_model, notices=notices))
             compacted = compacted or recovered
             prompt_tokens = completion.usage.prompt_tokens
             # Calibrate on the request as sent, before the reply joins the transcript.
@@ -213,10 +223,22 @@ class Agent:
                 self._add(message)
             if self.budget is not None:
                 await self.budget.share()
+        self.windows.use(self.models.head)  # what the next turn starts from
         if (self.compression_enabled and not compacted
                 and self.engine.should_compress(prompt_tokens)):
             await self._compress(notices, current_tokens=prompt_tokens)
+        notices.extend(filter(None, [self._route.notice()]))
         return reply, notices
+
+    async def _on_model(self, model: Provider, notices: list[str]) -> tuple[Completion, bool]:
+        """One call on `model`, the transcript fitted to its window first: a forced
+        compaction (like overflow recovery, whatever `compression_enabled` says) when that
+        window is smaller and the transcript no longer fits it."""
+        compacted = False
+        if self.windows.use(model) and self.engine.should_compress_preflight(self.messages):
+            compacted = await self._compress(notices, force=True)
+        completion, recovered = await self._complete_with_recovery(model, notices)
+        return completion, compacted or recovered
 
     def _give_up_on_tools(self, calls: list[dict[str, Any]], reply: str) -> str:
         """The model still calls tools at the step limit (or calls one it was never
@@ -243,19 +265,23 @@ class Agent:
             self._split = len(self._new)
             self.messages.replace(after)
         return changed
-    async def _complete_with_recovery(self, notices: list[str]) -> tuple[Completion, bool]:
+    async def _complete_with_recovery(self, model: Provider, notices: list[str]
+                                      ) -> tuple[Completion, bool]:
         """Call the model; on overflow compact and retry (≤ 3), on an output cap shrink it."""
         compacted = False
         max_tokens = self.max_output_tokens
+        if model is not self.models.head:  # another model's own cap applies to it
+            max_tokens = min(max_tokens, model.settings.max_output_tokens)
         overflow_attempts = cap_attempts = 0
         while True:
             try:
-                completion = await self._call_model(max_tokens)
+                completion = await self._call_model(model, max_tokens)
             except ContextOverflowError as exc:
                 overflow_attempts += 1
                 if overflow_attempts > MAX_OVERFLOW_ATTEMPTS:
                     raise TurnFailed(OVERFLOW_ADVICE, cause=exc) from exc
-                self._learn_window(exc.limit)
+                if exc.limit:
+                    self.windows.learn(model, exc.limit)
                 if not await self._compress(notices, force=True):
                     raise TurnFailed(OVERFLOW_ADVICE, cause=exc) from exc
                 compacted = True
@@ -269,20 +295,20 @@ class Agent:
                 max_tokens = max(16, lowered)
                 log.info("output cap: retrying with max_tokens=%d", max_tokens)
                 continue
-            self.ledger.record(completion.model or self.provider.model, "chat", completion.usage)
+            self.ledger.record(completion.model or model.model, "chat", completion.usage)
             return completion, compacted
 
-    async def _call_model(self, max_tokens: int) -> Completion:
+    async def _call_model(self, model: Provider, max_tokens: int) -> Completion:
         """One model call, streamed when the turn has a live reply. Text shown for a call
         that fails or turns into tool calls is retracted: only the answer stays."""
-        stream = self._stream
+        stream = self._stream if model.streams else None
         kwargs: dict[str, Any] = {"on_text": stream.text} if stream else {}
         if self.files is not None:  # pictures another process kept (docs/scale-out.md)
             await self.files.fetch_missing(self.messages.as_list())
         try:
-            completion = await self.provider.complete(
-                self._request(), max_tokens=max_tokens,
-                tools=self.tools.schemas() if self.tools else None, **kwargs)
+            completion = await model.complete(
+                self._request(model), max_tokens=max_tokens,
+                tools=self._offer(), **kwargs)
         except AgentError:
             if stream:
                 stream.retract()
@@ -291,22 +317,24 @@ class Agent:
             stream.retract()
         return completion
 
-    def _request(self) -> list[dict[str, Any]]:
+    def _offer(self) -> list[dict[str, Any]] | None:
+        """The tool schemas for the next request. They go with every request, so they count
+        in its size; they change only when tools come or go (an MCP server's)."""
+        schemas = self.tools.schemas() if self.tools else None
+        if schemas is not self._schemas:
+            self._schemas = schemas
+            self.messages.set_request_overhead(tools=schemas)
+        return schemas
+
+    def _request(self, model: Provider) -> list[dict[str, Any]]:
         """The transcript as sent: attachments as this model takes them, with
         prompt-caching breakpoints where they apply."""
-        messages = for_model(self.messages.as_list(), self.files, vision=self.provider.vision)
-        ttl = self.provider.settings.cache_ttl
+        messages = for_model(self.messages.as_list(), self.files, vision=model.vision)
+        ttl = model.settings.cache_ttl
         if not ttl:
             return messages
-        style = "anthropic" if self.provider.kind == "anthropic" else "openai"
+        style = "anthropic" if model.kind == "anthropic" else "openai"
         return caching.mark(messages, ttl, style)
-
-    def _learn_window(self, limit: int | None) -> None:
-        if limit and limit < self.engine.context_length:
-            log.warning("model %s has a %d-token window, not %d; remembering it",
-                        self.provider.model, limit, self.engine.context_length)
-            self.limits.remember(self.provider.model, limit)
-            self.engine.update_model(self.provider.model, limit)
 
     # --- compaction outside a turn ---------------------------------------------------------
     async def compact(self, focus_topic: str | None = None, *, force: bool = True) -> CompactResult:
