@@ -106,6 +106,11 @@ class Metrics:
         """A gauge family read at scrape time: {label value: unix seconds}."""
         self.registry.register(_Times(name, doc, label, source))
 
+    def watch_levels(self, name: str, doc: str, label: str,
+                     source: Callable[[], Mapping[str, float]]) -> None:
+        """A gauge family read at scrape time: {label value: level} (a breaker's state)."""
+        self.registry.register(_Times(name, doc, label, source))
+
     def watch_router(self, activity: Callable[[], tuple[int, int]]) -> None:
         """Queue depth and running turns, read at scrape time."""
         self.queue_depth.set_function(lambda: activity()[0])
@@ -148,7 +153,7 @@ class _Counted:
 
 
 class _Times:
-    """A scrape-time gauge of moments kept elsewhere (when a loop last worked, say)."""
+    """A scrape-time gauge of values kept elsewhere (when a loop last worked, a state)."""
 
     def __init__(self, name: str, doc: str, label: str,
                  source: Callable[[], Mapping[str, float]]) -> None:

@@ -63,6 +63,7 @@ class FakeServer:
         self.in_flight = 0  # requests being answered now, and the most there ever were
         self.peak_in_flight = 0
         self.answer_delay_s = 0.0  # every request waits this long (concurrency shows)
+        self.outage: int | None = None  # every request gets this status until set to None
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -197,6 +198,8 @@ class FakeServer:
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
             await self._record(request)
+            if self.outage is not None and self.injectable(request):
+                return self._injected_response(_Injection(status=self.outage))
             if self._injections and self.injectable(request):
                 injection = self._injections.popleft()
                 if injection.status is None:
