@@ -35,7 +35,11 @@ class Authorizer:
 
     def _owner(self, msg: InboundMessage) -> bool:
         """An admin by configuration (or the local user, who owns the terminal)."""
-        return msg.platform == "console" or msg.user_id in self._admins.get(msg.platform, set())
+        return self.configured_admin(msg.platform, msg.user_id)
+
+    def configured_admin(self, platform: str, user_id: str) -> bool:
+        """An admin by configuration, known without asking the platform (budgets)."""
+        return platform == "console" or user_id in self._admins.get(platform, set())
 
     async def is_admin(self, msg: InboundMessage) -> bool:
         """May manage this chat: configured admins, and the platform's own group admins

@@ -17,6 +17,7 @@ from gateway.conversations import Conversations
 from gateway.jobs import Running, Stopped
 from gateway.loopwatch import LoopWatch
 from gateway.pricing import cost_line, estimate
+from gateway.spending import chat_ident, standing_lines
 from platforms.base import InboundMessage
 from storage.base import SessionStore
 from storage.models import UsageTotals
@@ -214,7 +215,19 @@ async def _usage(call: CommandCall) -> str:
         f"Context fill: {_n(status.last_prompt_tokens)} / {_n(status.context_length)} "
         f"({status.usage_percent:.0f}%)",
         cost_line(estimate(by_model, call.conversations.prices, model), model),
+        *await _budget_lines(call),
     ])
+
+
+async def _budget_lines(call: CommandCall) -> list[str]:
+    """Spent of each limit: the user's and the chat's, and the bot's for admins."""
+    budgets = call.conversations.budgets
+    if budgets is None or not budgets.config.any:
+        return []
+    msg = call.msg
+    rows = await budgets.standing(chat_ident(msg.chat_key), f"{msg.platform}:{msg.user_id}",
+                                  admin=await call.auth.is_admin(msg))
+    return standing_lines(rows)
 
 
 async def _stop(call: CommandCall) -> str:

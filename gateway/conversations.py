@@ -18,20 +18,21 @@ from agent.tools.budget import RETENTION_S, OutputBudget, chat_directory
 from agent.tools.registry import ToolRegistry, plugin_tools
 from agent.turns import (
     AgentSettings,
-    CompactResult,
     ModelLimits,
     ReplyStream,
     TurnFailed,
     TurnResult,
 )
+from agent.usage import UsageEntry
 from gateway.chat_settings import PerChat
 from gateway.chat_tools import chat_tools
+from gateway.compacting import Compacting
 from gateway.groups import RoomContext
-from gateway.hygiene import needs_hygiene
 from gateway.metrics import Metrics
 from gateway.outbound import Outgoing
 from gateway.pricing import Price
 from gateway.speakers import user_message
+from gateway.spending import Budgets, Payer, chat_ident
 from gateway.turn_records import (
     Committed,
     Prepared,
@@ -44,7 +45,7 @@ from gateway.turn_records import (
 from platforms.base import ChatRef, Chunk
 from storage.base import SessionStore
 from storage.errors import ContinuationConflict, InboundChanged
-from storage.models import InboundRecord, OutChunk, SessionRecord, TurnRecord
+from storage.models import InboundRecord, OutChunk, SessionRecord, TurnRecord, UsageRecord
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class NothingLeft(Exception):
     """Every message of a batch was finished while it waited (its author deleted it)."""
 
 
-class Conversations:
+class Conversations(Compacting):
     """Everything the gateway does to a chat's history, in the chat's worker."""
 
     def __init__(self, store: SessionStore, *, provider: Provider,
@@ -65,7 +66,9 @@ class Conversations:
                  prices: Mapping[str, Price] | None = None, metrics: Metrics | None = None,
                  tool_dir: Path | None = None, files: AttachmentFiles | None = None,
                  room: RoomContext | None = None, chats: PerChat | None = None,
-                 providers: Mapping[str, Provider] | None = None) -> None:
+                 providers: Mapping[str, Provider] | None = None,
+                 budgets: Budgets | None = None) -> None:
+        self.budgets = budgets  # spending limits; None: spend is not counted
         self.store = store
         self.chats = chats or PerChat()  # a chat's own settings (`chats:`)
         self.providers = dict(providers or {})  # the chats' own models, by name
@@ -116,6 +119,8 @@ class Conversations:
             await self.summary_provider.aclose()
         for own in self.providers.values():  # the chats' own models
             await own.aclose()
+        if self.budgets is not None and self.budgets.fallback is not None:
+            await self.budgets.fallback.aclose()
 
     def _window(self) -> int:
         return min(self.provider.context_length,
@@ -190,10 +195,19 @@ class Conversations:
     def forget(self, chat_key: str) -> None:
         self._agents.pop(chat_key, None)
 
+    def book(self, chat_key: str, entries: Sequence[UsageEntry], payer: Payer | None
+             ) -> tuple[UsageRecord, ...]:
+        """Usage as store rows: priced and counted against the payer's budgets, or (work
+        no user asked for, e.g. `threadline compress`) against the chat's."""
+        if payer is None and self.budgets is not None:
+            payer = self.budgets.payer(chat_ident(chat_key), None)
+        return payer.book(entries) if payer is not None else usage_records(entries)
+
     # --- a turn: prepare (the model's part, stoppable), then commit ------------------------
     async def prepare(self, chat: ChatRef, records: list[InboundRecord],
                       stream: ReplyStream | None = None,
-                      parts: Mapping[int, list[dict[str, Any]]] | None = None) -> Prepared:
+                      parts: Mapping[int, list[dict[str, Any]]] | None = None,
+                      payer: Payer | None = None, model: Provider | None = None) -> Prepared:
         """Store the inbound messages (with the attachment `parts` read for them, by
         inbound id), run hygiene and the model turn (its answer shown on `stream` while
         written); write no reply yet.
@@ -204,10 +218,11 @@ class Conversations:
         session, agent = await self._take(chat.key, records, parts or {})
         ids = tuple(r.id for r in records)
         reply_to = records[-1].message_id
-        session, notices = await self._hygiene(chat, session, agent)
-        base = Prepared(chat.key, session, agent, ids, reply_to, tuple(notices))
-        try:
-            return replace(base, result=await agent.run_turn(stream))
+        session, notices = await self._hygiene(chat, session, agent, payer)
+        base = Prepared(chat.key, session, agent, ids, reply_to, tuple(notices), payer=payer)
+        try:  # `model`: this turn on another model (past a budget, docs/budgets.md)
+            turn = agent.run_turn(stream, models=model) if model else agent.run_turn(stream)
+            return replace(base, result=await turn)
         except TurnFailed as failed:
             return replace(base, failure=failed)
 
@@ -218,7 +233,8 @@ class Conversations:
         streamed preview at its position if there is one; return what to send."""
         if prepared.failure is not None:
             await self.store.record_turn(prepared.session.id, TurnRecord(
-                failed=prepared.inbound_ids, usage=usage_records(prepared.failure.usage)))
+                failed=prepared.inbound_ids, release_hold=_hold(prepared.payer),
+                usage=self.book(prepared.chat_key, prepared.failure.usage, prepared.payer)))
             failure = Outgoing(prepared.failure.user_message, prepared.reply_to)
             return Committed(prepared.notices, (), (), failure)
         result = prepared.result
@@ -294,7 +310,8 @@ class Conversations:
         turn = TurnRecord(before=tuple(new_message(m) for m in result.before),
                           compaction=compaction,
                           after=tuple(new_message(m) for m in result.after),
-                          replied=prepared.inbound_ids, usage=usage_records(result.usage),
+                          replied=prepared.inbound_ids, release_hold=_hold(prepared.payer),
+                          usage=self.book(chat_key, result.usage, prepared.payer),
                           engine_state=state, last_prompt_tokens=agent.status().last_prompt_tokens,
                           delivery=delivery)
         try:
@@ -307,6 +324,7 @@ class Conversations:
             tip = await self.live_session(chat_key)
             await self.store.record_turn(tip.id, TurnRecord(
                 after=(*turn.before, *turn.after), replied=turn.replied, usage=turn.usage,
+                release_hold=turn.release_hold,
                 delivery=delivery))
             return
         if result.compaction is not None:
@@ -314,68 +332,6 @@ class Conversations:
         if live.id != session.id:
             agent.session_started(live.id, parent_session_id=session.id)
         self._remember(chat_key, live.id, agent)
-
-    async def _hygiene(self, chat: ChatRef, session: SessionRecord, agent: Agent
-                       ) -> tuple[SessionRecord, list[Outgoing]]:
-        if not needs_hygiene(agent):
-            return session, []
-        log.info("chat %s: session %s is past 85%% of the window; compacting first",
-                 chat.key, session.id)
-        result = await agent.compact(force=False)
-        live = await self.persist_compaction(chat.key, session, agent, result,
-                                             trigger="hygiene")
-        return live, [Outgoing(notice) for notice in result.notices]
-
-    # --- compaction outside a turn -------------------------------------------------------
-    async def persist_compaction(self, chat_key: str, session: SessionRecord, agent: Agent,
-                                 result: CompactResult, trigger: str = "manual"
-                                 ) -> SessionRecord:
-        if result.compaction is None and result.report is None and not result.usage:
-            return session  # nothing happened that the store needs to know
-        report = result.report
-        if result.compaction is not None:
-            self.metrics.compactions.labels(trigger).inc()
-        elif report is not None and (report.outcome == "aborted" or report.error):
-            self.metrics.compactions.labels("failed").inc()
-        state = agent.export_state()
-        usage = usage_records(result.usage)
-        if result.compaction is None:
-            await self.store.record_turn(session.id, TurnRecord(usage=usage, engine_state=state))
-            return session
-        try:
-            live = await self.store.record_turn(session.id, TurnRecord(
-                compaction=compaction_record(result.compaction, state), usage=usage,
-                engine_state=state))
-        except ContinuationConflict:
-            log.warning("chat %s: compaction raced another; keeping the existing chain",
-                        chat_key)
-            self.forget(chat_key)
-            return await self.live_session(chat_key)
-        agent.session_started(live.id, parent_session_id=session.id)
-        self._remember(chat_key, live.id, agent)
-        return live
-
-    async def prepare_compaction(self, chat_key: str, focus: str | None = None
-                                 ) -> tuple[CompactResult, SessionRecord, Agent] | None:
-        """Manual compaction's model part (/compress, `threadline compress`); None when the
-        chat has no conversation. Nothing is stored until `persist_compaction`."""
-        session = await self.store.live_session(chat_key)
-        if session is None:
-            return None
-        session, agent = await self.agent_for(chat_key, session)
-        if not agent.has_content_to_compress():
-            before = tuple(agent.messages)
-            return CompactResult(before=before, compaction=None), session, agent
-        return await agent.compact(focus, force=True), session, agent
-
-    async def compact(self, chat_key: str, focus: str | None = None) -> CompactResult | None:
-        """Manual compaction, prepared and persisted in one go (the shell command)."""
-        prepared = await self.prepare_compaction(chat_key, focus)
-        if prepared is None:
-            return None
-        result, session, agent = prepared
-        await self.persist_compaction(chat_key, session, agent, result)
-        return result
 
     async def end_session(self, chat_key: str, reason: str, *,
                           session_id: str | None = None) -> bool:
@@ -393,3 +349,7 @@ class Conversations:
         await self.store.end_session(session.id, reason)
         self.forget(chat_key)
         return True
+
+
+def _hold(payer: Payer | None) -> str | None:
+    return payer.hold if payer is not None else None

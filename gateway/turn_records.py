@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.agent import Agent
 from agent.tokens import estimate_message
@@ -21,6 +21,9 @@ from storage.models import (
     SessionRecord,
     UsageRecord,
 )
+
+if TYPE_CHECKING:
+    from gateway.spending import Payer
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Prepared:
     notices: tuple[Outgoing, ...]  # from a hygiene compaction before the turn
     result: TurnResult | None = None
     failure: TurnFailed | None = None
+    payer: Payer | None = None  # whose budgets the turn's usage is booked to
 
 
 def new_message(message: dict[str, Any], **kw: Any) -> NewMessage:

@@ -22,11 +22,13 @@ from gateway.auth import Authorizer
 from gateway.chat_settings import PerChat
 from gateway.commands import CommandTable
 from gateway.config import Config, ConfigError
+from gateway.config.entries import ModelEntry
 from gateway.conversations import Conversations
 from gateway.groups import RoomContext, Rooms
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.pricing import Price
 from gateway.resets import Clock, ResetPolicy, utc_now
+from gateway.spending import Budgets
 from gateway.store_open import build_store
 from gateway.streaming import StreamSettings
 from platforms.base import PlatformFactory
@@ -106,7 +108,8 @@ def build_prices(config: Config) -> dict[str, Price]:
 
 
 def build_conversations(config: Config, store: SessionStore,
-                        metrics: Metrics | None = None) -> Conversations:
+                        metrics: Metrics | None = None, clock: Clock = utc_now
+                        ) -> Conversations:
     """Providers (each call counted in `metrics`), the context engine (resolved first: an
     unknown name fails at startup before anything else is said)."""
     engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
@@ -128,7 +131,26 @@ def build_conversations(config: Config, store: SessionStore,
                          max_agents=config.gateway.cached_agents,
                          tool_dir=tool_outputs(config), files=attachment_files(config, store),
                          room=RoomContext(store, build_rooms(config, chats)), chats=chats,
-                         providers=providers)
+                         providers=providers,
+                         budgets=build_budgets(config, store, prices, metrics, clock))
+
+
+def entry_settings(entry: ModelEntry) -> ProviderSettings:
+    """A model named in config by itself (`budgets.fallback_model`)."""
+    return ProviderSettings(
+        provider=entry.provider, model=entry.name, base_url=entry.base_url,
+        api_key=entry.api_key, context_length=entry.context_length,
+        max_output_tokens=entry.max_output_tokens, timeout_s=entry.timeout_s,
+        max_retries=entry.max_retries, vision=entry.vision)
+
+
+def build_budgets(config: Config, store: SessionStore, prices: dict[str, Price],
+                  metrics: Metrics, clock: Clock) -> Budgets:
+    """Spending limits (docs/budgets.md); spend is counted whether or not any is set."""
+    entry = config.budgets.fallback_model
+    fallback = (MeteredProvider(build_provider(entry_settings(entry)), metrics, "chat")
+                if entry is not None and config.budgets.on_limit == "fallback" else None)
+    return Budgets(config.budgets, store, prices, clock, fallback)
 
 
 def build_rooms(config: Config, chats: PerChat) -> Rooms:
@@ -232,7 +254,7 @@ def create_gateway(config: Config, platforms: Sequence[PlatformFactory] = (), *,
     store = build_store(config, access)
     metrics = Metrics()
     m = config.metrics
-    return Gateway(store, build_conversations(config, store, metrics), platforms,
+    return Gateway(store, build_conversations(config, store, metrics, clock), platforms,
                    auth=Authorizer(config), commands=commands,
                    coalesce_ms=config.gateway.coalesce_ms,
                    lease_seconds=config.gateway.lease_seconds,

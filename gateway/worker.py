@@ -32,6 +32,7 @@ from gateway.metrics import Metrics
 from gateway.outages import Outages
 from gateway.outbound import Outbound
 from gateway.resets import Resets
+from gateway.spend_gate import SpendGate
 from gateway.streaming import LiveReply, Streaming, mark_stopped
 from gateway.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
@@ -67,6 +68,7 @@ class ChatWorker(Outages):
         self.commands = commands
         self.auth = auth
         self.loop: LoopWatch | None = None  # the gateway's pulse, for /status
+        self.spending: SpendGate | None = None  # budgets, checked before each turn
         self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
         # With several processes: only while its lease surely holds (cluster.py).
         self.may_act: Callable[[str], bool] = lambda chat_key: True
@@ -158,6 +160,8 @@ class ChatWorker(Outages):
         except Stopped:
             self.metrics.turns.labels("stop").inc()
             return await self._not_answered(chat, records, "stop")
+        records, payer, model = await self.spending.admit(chat, records) if self.spending \
+            else (records, None, None)
         if not records:
             return
         live = self.streaming.open(chat, records[-1].message_id, draft_id=records[-1].id)
@@ -167,7 +171,7 @@ class ChatWorker(Outages):
         failure: str | None = None
         try:
             prepared = await self._until_stopped(
-                running, self.conversations.prepare(chat, records, live, parts))
+                running, self.conversations.prepare(chat, records, live, parts, payer, model))
         except NothingLeft:  # every message of the batch was deleted while it waited
             prepared, failure = None, "deleted"
         except LeaseLost:  # another process took the chat: it answers
@@ -182,6 +186,8 @@ class ChatWorker(Outages):
             typing.cancel()
             if live is not None:
                 await asyncio.shield(live.close())
+        if prepared is None and payer is not None:  # nothing will book it: let go now
+            await asyncio.shield(self.spending.budgets.release(payer))
         if failure == "lost":  # the take was refused: only retried rows counted an attempt
             return self._give_up(chat_key, "another process holds it now",
                                  [r.id for r in records if r.status == "taken"])

@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.pricing import Price, format_usd
+from gateway.spending import Budgets
 from gateway.web.auth import Access, safe_next
 from gateway.web.charts import usage_charts
 from gateway.web.requests import add_headers, query_int, refuse_bad_input
@@ -28,6 +29,8 @@ SESSIONS_PER_PAGE = 50  # a long chain's timeline pages too: each step may hold 
 MESSAGES_PER_PAGE = 200
 STORE = web.AppKey("store", SessionStore)
 PRICES = web.AppKey("prices", dict)
+BUDGETS = web.AppKey("budgets", object)  # gateway.spending.Budgets, or None
+BUDGET_CHATS = 50  # the most recently active chats in the budget table
 PAGES = web.AppKey("pages", jinja2.Environment)
 ACCESS = web.AppKey("access", Access)
 
@@ -50,12 +53,14 @@ def _pages() -> jinja2.Environment:
 
 def build_app(store: SessionStore, *, token: str,
               prices: Mapping[str, Price] | None = None, session_hours: float = 24,
-              trusted_proxies: tuple[str, ...] = ()) -> web.Application:
+              trusted_proxies: tuple[str, ...] = (),
+              budgets: Budgets | None = None) -> web.Application:
     access = Access(token, store, session_hours=session_hours,
                     trusted_proxies=trusted_proxies)
     app = web.Application(middlewares=[refuse_bad_input, access.middleware])
     app.on_response_prepare.append(add_headers)
     app[STORE], app[PRICES], app[PAGES], app[ACCESS] = store, dict(prices or {}), _pages(), access
+    app[BUDGETS] = budgets if budgets is not None and budgets.config.any else None
     app.router.add_get("/", home)
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login)
@@ -158,8 +163,12 @@ async def search_page(request: web.Request) -> web.Response:
 
 async def usage_page(request: web.Request) -> web.Response:
     days = await request.app[STORE].usage_by_day()
+    budgets, standing = request.app[BUDGETS], []
+    if budgets is not None:
+        recent = sorted(await request.app[STORE].chat_summaries(), key=lambda c: -c.last_at)
+        standing = await budgets.overview([c.chat_key for c in recent[:BUDGET_CHATS]])
     return _render(request, "usage.html", charts=usage_charts(days, request.app[PRICES]),
-                   priced=bool(request.app[PRICES]))
+                   priced=bool(request.app[PRICES]), standing=standing)
 
 
 async def chats_api(request: web.Request) -> web.Response:

@@ -11,6 +11,8 @@ import sys
 from aiohttp import web
 
 from gateway.config import Config
+from gateway.resets import utc_now
+from gateway.spending import Budgets
 from gateway.web.app import build_app
 from gateway.web.auth import token_problem
 from gateway.wiring import build_prices, build_store
@@ -31,7 +33,8 @@ async def serve_web(config: Config, port: int | None = None) -> int:
     await store.initialize()
     app = build_app(store, token=token, prices=build_prices(config),
                     session_hours=config.web.session_hours,
-                    trusted_proxies=tuple(config.web.trusted_proxies))
+                    trusted_proxies=tuple(config.web.trusted_proxies),
+                    budgets=Budgets(config.budgets, store, build_prices(config), utc_now))
     runner = web.AppRunner(app, access_log=None)
     try:
         await runner.setup()
