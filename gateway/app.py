@@ -162,6 +162,7 @@ class Gateway(Intake, Recovering):
         await self.store.begin_run()  # after an unclean exit: checks the file first
         await self.outbound.moves.load()
         self.conversations.log_startup()
+        await self.conversations.start()  # MCP servers: a slow one does not hold this up
         self._state = "running"
         self.resets.start()
         self.loop.start()

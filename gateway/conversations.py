@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.agent import Agent
 from agent.attachments.files import AttachmentFiles
@@ -47,6 +47,9 @@ from storage.base import SessionStore
 from storage.errors import ContinuationConflict, InboundChanged
 from storage.models import InboundRecord, OutChunk, SessionRecord, TurnRecord, UsageRecord
 
+if TYPE_CHECKING:
+    from gateway.mcp.hub import McpHub  # loaded only where MCP servers are configured
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SHARE = 0.5  # a single message may fill at most half of the model's window
@@ -67,9 +70,10 @@ class Conversations(Compacting):
                  tool_dir: Path | None = None, files: AttachmentFiles | None = None,
                  room: RoomContext | None = None, chats: PerChat | None = None,
                  providers: Mapping[str, Provider] | None = None,
-                 budgets: Budgets | None = None) -> None:
+                 budgets: Budgets | None = None, mcp: McpHub | None = None) -> None:
         self.budgets = budgets  # spending limits; None: spend is not counted
         self.store = store
+        self.mcp = mcp  # tools from MCP servers (docs/mcp.md); None: none configured
         self.chats = chats or PerChat()  # a chat's own settings (`chats:`)
         self.providers = dict(providers or {})  # the chats' own models, by name
         self.room = room  # group messages kept unaddressed, shown with the next mention
@@ -93,7 +97,8 @@ class Conversations(Compacting):
         """What this chat's model may call: none on the local model (it has no tool use)."""
         if self.provider_for(chat_key).kind == "local":
             return None
-        return chat_tools(self.store, chat_key, engine, budget, self.plugin_tools)
+        return chat_tools(self.store, chat_key, engine, budget, self.plugin_tools,
+                          [self.mcp.source(chat_key)] if self.mcp is not None else [])
 
     def provider_for(self, chat_key: str) -> Provider:
         """The chat's own model (`chats:`), else the configured one."""
@@ -102,6 +107,11 @@ class Conversations(Compacting):
 
     def _prompt(self, chat_key: str) -> str:
         return self.chats.get(chat_key, "system_prompt") or self.system_prompt
+
+    async def start(self) -> None:
+        """Start the MCP servers (their tools join as each is ready)."""
+        if self.mcp is not None:
+            await self.mcp.start()
 
     def log_startup(self) -> None:
         """One line: is the conversation prefix cached, for which model, for how long."""
@@ -121,6 +131,8 @@ class Conversations(Compacting):
             await own.aclose()
         if self.budgets is not None and self.budgets.fallback is not None:
             await self.budgets.fallback.aclose()
+        if self.mcp is not None:  # after the drain: no turn still calls its tools
+            await self.mcp.stop()
 
     def _window(self) -> int:
         return min(self.provider.context_length,
@@ -215,6 +227,8 @@ class Conversations(Compacting):
         Cancelling this (a /stop) leaves the store consistent: what it wrote is complete,
         and the caller forgets the agent so the next turn rebuilds it from the store.
         """
+        if self.mcp is not None:  # an admin's DMs see MCP tools by default
+            self.mcp.note(chat, (r.sender_id for r in records))
         session, agent = await self._take(chat.key, records, parts or {})
         ids = tuple(r.id for r in records)
         reply_to = records[-1].message_id

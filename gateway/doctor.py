@@ -87,6 +87,10 @@ def _network_checks(config: Config) -> list[tuple[str, Awaitable[Result], str | 
         checks.append(("telegram", check_telegram(config), tg.token))
     if dc.enabled:
         checks.append(("discord", check_discord(config), dc.token))
+    if any(server.enabled for server in config.tools.mcp.values()):
+        from gateway.mcp.doctor import mcp_checks  # the MCP SDK loads only when needed
+
+        checks.extend(mcp_checks(config))
     return checks
 
 

@@ -37,6 +37,8 @@ from storage.base import SessionStore
 
 if TYPE_CHECKING:
     from agent.providers.transcribe import Transcriber
+    from agent.tools.mcp.connection import ServerSpec
+    from gateway.mcp.hub import McpHub
     from platforms.discord.adapter import DiscordSettings
     from platforms.telegram.adapter import TelegramSettings
     from storage.sqlite.opening import Access
@@ -125,11 +127,13 @@ def build_conversations(config: Config, store: SessionStore,
     chats = PerChat(config.chats)
     providers = {name: MeteredProvider(build_provider(main_settings(config, name)),
                                        metrics, "chat") for name in chats.models()}
+    files = attachment_files(config, store)
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
                          settings=agent_settings(config), prices=prices, metrics=metrics,
                          max_agents=config.gateway.cached_agents,
-                         tool_dir=tool_outputs(config), files=attachment_files(config, store),
+                         tool_dir=tool_outputs(config), files=files,
+                         mcp=build_mcp(config, files, metrics),
                          room=RoomContext(store, build_rooms(config, chats)), chats=chats,
                          providers=providers,
                          budgets=build_budgets(config, store, prices, metrics, clock))
@@ -172,6 +176,35 @@ def attachment_files(config: Config, store: SessionStore) -> AttachmentFiles:
         log.info("removed %d attachment file(s) unused for %g days", removed,
                  config.attachments.retention_days)
     return files
+
+
+def mcp_servers(config: Config) -> list[ServerSpec]:
+    """How to reach each enabled server of `tools.mcp` (docs/mcp.md)."""
+    from agent.tools.mcp.connection import ServerSpec
+
+    return [ServerSpec(name, tuple(s.command or ()), dict(s.env), s.cwd, s.url,
+                       dict(s.headers), s.timeout_s)
+            for name, s in config.tools.mcp.items() if s.enabled]
+
+
+def build_mcp(config: Config, files: AttachmentFiles | None, metrics: Metrics
+              ) -> McpHub | None:
+    """The MCP servers, their tools offered where `chats`, `allow` and `deny` say; None
+    when none is enabled (the SDK is not even loaded then). Nothing starts here."""
+    servers = mcp_servers(config)
+    if not servers:
+        return None
+    from gateway.mcp.access import McpAccess
+    from gateway.mcp.hub import McpHub, McpMetrics
+    from gateway.mcp.pictures import ToolPictures
+    from gateway.offload import WorkerPool
+
+    a = config.attachments
+    pool = WorkerPool("mcp-pictures", size=1, memory_mb=a.reader_memory_mb,
+                      preload=("agent.attachments.images",))
+    return McpHub(servers, McpAccess(config.tools.mcp, Authorizer(config).configured_admin),
+                  pictures=ToolPictures(files, pool, a.read_timeout_s) if files else None,
+                  metrics=McpMetrics(metrics.registry))
 
 
 def reader_settings(config: Config) -> ReaderSettings:
