@@ -177,9 +177,29 @@ async def end_group(pgid: int) -> None:
         return
     deadline = anyio.current_time() + TERM_S
     # Polled: processes that are not our children tell us nothing when they exit.
-    while _signal_group(pgid, 0) and anyio.current_time() < deadline:  # noqa: ASYNC110
+    while _living(pgid) and anyio.current_time() < deadline:  # noqa: ASYNC110
         await anyio.sleep(POLL_S)
     _signal_group(pgid, signal.SIGKILL)
+
+
+def _living(pgid: int) -> bool:
+    """Whether a process of the group still runs. A dead helper stays a zombie until
+    init reaps it (which in a container may be never): that is not a running one."""
+    if not _signal_group(pgid, 0):
+        return False
+    try:
+        entries = [e for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return True  # no /proc to ask: the signal's word stands
+    for entry in entries:
+        try:
+            with open(f"{entry.path}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import mcp_types as types
 from jsonschema.exceptions import best_match
 from mcp.shared.exceptions import MCPError
 
@@ -38,7 +39,10 @@ def mcp_tool(connection: McpConnection, listed: Listed, *, keep: Keep | None = N
             result = await connection.call(listed.name, arguments)
         except ServerDown as exc:
             raise ToolError(f"{exc}; try again later.") from exc
-        except MCPError as exc:  # a protocol error from the server, not the tool's result
+        except MCPError as exc:  # not the tool's result: the protocol's own error
+            if exc.error.code == types.CONNECTION_CLOSED:
+                raise ToolError("the MCP server went away during the call; try again in a "
+                                "moment.") from exc
             raise ToolError(f"the server refused the call: {exc.error.message[:300]}") from exc
         output = read_result(result)
         if output.error:

@@ -1,0 +1,128 @@
+"""An MCP server that dies, fails or is slow: its tools leave the requests while it is
+down, it is started again with growing pauses, they come back byte for byte, and no turn
+waits on it longer than the tool's timeout (issue 39, point 3)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from typing import Any
+
+from tests.gateway.test_mcp_gateway import ASK, offered, requests, say_and_wait, scripted
+from tests.harness.gateway import close, config_for, started_gateway
+from tests.harness.mcp import alive, kill, read_pid, stdio_entry
+from tests.harness.platform import RecordingPlatform
+from tests.harness.waiting import eventually
+
+TIMEOUT_S = 5.0
+
+
+def mcp_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in body.get("tools") or [] if t["function"]["name"].startswith("test__")]
+
+
+async def test_a_killed_server_leaves_the_requests_and_comes_back(tmp_path, fake_openai):
+    fake_openai.responder = scripted
+    pidfile, hold = tmp_path / "mcp.pid", tmp_path / "hold"
+    entry = stdio_entry(pidfile, timeout_s=TIMEOUT_S, chats=["test:*"],
+                        env={"MCP_TEST_HOLD": str(hold)})
+    platform = RecordingPlatform()
+    gw = await started_gateway(config_for(tmp_path, fake_openai.base_url,
+                                          tools={"mcp": {"test": entry}}), [platform])
+    connection = gw.conversations.mcp.connections["test"]  # type: ignore[union-attr]
+    try:
+        await say_and_wait(platform, f"{ASK}test__add {json.dumps({'a': 1, 'b': 2})}")
+        before = requests(fake_openai)[-1]
+        first = read_pid(pidfile)
+        assert first is not None and alive(first)
+
+        # Killed with a call in flight: the call ends at once, in words, not at its timeout.
+        hold.touch()  # its next start waits until the test lets it go
+        sleeping = pidfile.with_name("mcp.pid.sleeping")
+        done = len(platform.delivered_ids) + 1
+        began = time.monotonic()
+        await platform.say(f"{ASK}test__sleep {json.dumps({'seconds': 60})}")
+        await eventually(sleeping.exists, timeout=30)
+        kill(first)
+        await platform.wait_delivered(done, timeout=30)
+        took = time.monotonic() - began
+        cut_short = requests(fake_openai)[-1]
+
+        # Down: a turn now is offered none of its tools and does not wait for it.
+        await eventually(lambda: connection.state != "up", timeout=10)
+        await say_and_wait(platform, "hello while it is down")
+        while_down = requests(fake_openai)[-1]
+
+        hold.unlink()
+        await eventually(lambda: connection.state == "up", timeout=30)
+        second = read_pid(pidfile)
+        await say_and_wait(platform, f"{ASK}test__add {json.dumps({'a': 2, 'b': 2})}")
+        after = requests(fake_openai)[-1]
+    finally:
+        await close(gw)
+
+    assert took < TIMEOUT_S, f"the turn waited {took:.1f} s for a dead server"
+    assert cut_short["messages"][-1]["content"] == (
+        "Error: test__sleep: the MCP server went away during the call; try again in a moment.")
+    assert mcp_tools(before) and mcp_tools(while_down) == []
+    assert "history_search" in offered(while_down)
+    assert second is not None and second != first and connection.starts == 2
+    # Back as they were, byte for byte: the cached prefix holds across the restart.
+    assert json.dumps(after["tools"]) == json.dumps(before["tools"])
+    assert after["messages"][-1]["content"] == "4"
+
+
+async def test_a_server_that_cannot_start_is_tried_again_with_growing_pauses(
+        tmp_path, fake_openai, caplog):
+    caplog.set_level(logging.WARNING, logger="agent.tools.mcp.connection")
+    entry = {"command": [sys.executable, "-c", "import sys; print('no such thing', "
+                         "file=sys.stderr); raise SystemExit(3)"], "chats": ["test:*"]}
+    platform = RecordingPlatform()
+    began = time.monotonic()
+    gw = await started_gateway(config_for(tmp_path, fake_openai.base_url,
+                                          tools={"mcp": {"broken": entry}}), [platform])
+    started_in = time.monotonic() - began
+    connection = gw.conversations.mcp.connections["broken"]  # type: ignore[union-attr]
+    try:
+        await say_and_wait(platform, "hello")  # answered without its tools
+        await eventually(lambda: connection.starts >= 4, timeout=30)
+    finally:
+        await close(gw)
+
+    pauses = [float(m) for m in re.findall(r"trying again in ([\d.]+) s", caplog.text)]
+    assert pauses[:3] == [1.0, 2.0, 4.0]
+    assert "could not start" in caplog.text and "it exited with code 3" in caplog.text
+    assert "no such thing" in caplog.text  # its last words, from its stderr
+    assert started_in < 10, "the gateway started without waiting for it"
+    assert len(platform.texts("test:1")) == 1
+    assert [t for t in offered(requests(fake_openai)[0]) if t.startswith("broken__")] == []
+
+
+async def test_a_slow_server_does_not_hold_up_the_start_and_its_tools_join_later(
+        tmp_path, fake_openai):
+    from gateway.mcp.hub import STARTUP_WAIT_S
+
+    fake_openai.responder = scripted
+    entry = stdio_entry(tmp_path / "mcp.pid", chats=["test:*"],
+                        env={"MCP_TEST_START_DELAY": str(STARTUP_WAIT_S + 4)})
+    platform = RecordingPlatform()
+    began = time.monotonic()
+    gw = await started_gateway(config_for(tmp_path, fake_openai.base_url,
+                                          tools={"mcp": {"test": entry}}), [platform])
+    started_in = time.monotonic() - began
+    connection = gw.conversations.mcp.connections["test"]  # type: ignore[union-attr]
+    try:
+        await say_and_wait(platform, "hello before it is ready")
+        early = requests(fake_openai)[-1]
+        await eventually(lambda: connection.state == "up", timeout=60)
+        await say_and_wait(platform, f"{ASK}test__add {json.dumps({'a': 1, 'b': 1})}")
+        later = requests(fake_openai)[-1]
+    finally:
+        await close(gw)
+
+    assert started_in < STARTUP_WAIT_S + 3
+    assert mcp_tools(early) == [] and early["messages"][-1]["content"]
+    assert later["messages"][-1]["content"] == "2"
