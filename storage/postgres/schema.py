@@ -222,7 +222,7 @@ _V8_SPENDING = (
         expires_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (hold_id, key)
     )""",
-    "CREATE INDEX spend_holds_by_key ON spend_holds(key, expires_at)",
+    "CREATE INDEX spend_holds_by_key ON spend_holds(key, expires_at, usd, tokens)",
     "CREATE INDEX spend_holds_by_expiry ON spend_holds(expires_at)",
     *spending.FUNCTIONS,
 )

@@ -37,12 +37,14 @@ FUNCTIONS = (
             FROM spend_holds WHERE expires_at <= p_now FOR UPDATE SKIP LOCKED);
         SELECT l.key INTO v_reached
             FROM unnest(p_keys, p_usd, p_tokens) WITH ORDINALITY AS l(key, usd, tokens, n)
-            LEFT JOIN spend_counters AS c ON c.key = l.key
+            CROSS JOIN LATERAL (SELECT COALESCE(SUM(usd), 0) AS usd,
+                    COALESCE(SUM(tokens), 0) AS tokens
+                FROM spend_counters WHERE key = l.key) AS c
             CROSS JOIN LATERAL (SELECT COALESCE(SUM(h.usd), 0) AS usd,
                     COALESCE(SUM(h.tokens), 0) AS tokens
                 FROM spend_holds AS h WHERE h.key = l.key AND h.expires_at > p_now) AS held
-            WHERE (l.usd IS NOT NULL AND COALESCE(c.usd, 0) + held.usd >= l.usd)
-               OR (l.tokens IS NOT NULL AND COALESCE(c.tokens, 0) + held.tokens >= l.tokens)
+            WHERE (l.usd IS NOT NULL AND c.usd + held.usd >= l.usd)
+               OR (l.tokens IS NOT NULL AND c.tokens + held.tokens >= l.tokens)
             ORDER BY l.n LIMIT 1;
         IF v_reached IS NOT NULL THEN
             RETURN v_reached;
@@ -58,8 +60,12 @@ FUNCTIONS = (
 
 HOLD = "SELECT threadline_hold($1, $2, $3, $4, $5, $6, $7, $8)"
 RELEASE = "DELETE FROM spend_holds WHERE hold_id = $1"
-SPENT = """SELECT k, COALESCE(c.usd, 0), COALESCE(c.tokens, 0), held.usd, held.tokens
-    FROM unnest($1::text[]) AS k LEFT JOIN spend_counters AS c ON c.key = k
+# Lateral lookups, not joins: an index probe per key at any table size (a join may read
+# the whole of a small counters table).
+SPENT = """SELECT k, c.usd + held.usd, c.tokens + held.tokens FROM unnest($1::text[]) AS k
+    CROSS JOIN LATERAL (SELECT COALESCE(SUM(usd), 0)::float8 AS usd,
+            COALESCE(SUM(tokens), 0)::bigint AS tokens
+        FROM spend_counters WHERE key = k) AS c
     CROSS JOIN LATERAL (SELECT COALESCE(SUM(h.usd), 0)::float8 AS usd,
             COALESCE(SUM(h.tokens), 0)::bigint AS tokens
         FROM spend_holds AS h WHERE h.key = k AND h.expires_at > $2) AS held"""
@@ -109,8 +115,7 @@ class SpendRows:
         if not keys:
             return {}
         found = await self.fetch(SPENT, list(keys), now)
-        return {row[0]: Spent(usd=float(row[1] + row[3]), tokens=int(row[2] + row[4]))
-                for row in found}
+        return {row[0]: Spent(usd=float(row[1]), tokens=int(row[2])) for row in found}
 
     async def hold_spend(self, limits: Sequence[SpendLimit], hold_id: str, usd: float,
                          tokens: int, *, now: float, ttl_s: float) -> str | None:

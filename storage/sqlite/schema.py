@@ -270,7 +270,7 @@ _V12_SPENDING = (
         expires_at REAL NOT NULL,
         PRIMARY KEY (hold_id, key)
     )""",
-    "CREATE INDEX spend_holds_by_key ON spend_holds(key, expires_at)",
+    "CREATE INDEX spend_holds_by_key ON spend_holds(key, expires_at, usd, tokens)",
     "CREATE INDEX spend_holds_by_expiry ON spend_holds(expires_at)",
 )
 

@@ -5,6 +5,7 @@ within a limit when many turns race for the last of it."""
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 from contextlib import closing
 
@@ -86,6 +87,8 @@ async def test_spent_counts_live_holds_only(store: SessionStore, backend: Backen
     assert await store.spent([USER, BOT], now=NOW + 30) == {
         USER: Spent(0.625, 130), BOT: Spent()}
     assert await holds(backend) == [("a", BOT), ("a", USER), ("b", USER)]
+    # No hold lives past infinity: the counters alone (spent, not merely held).
+    assert await store.spent([USER, BOT], now=math.inf) == {USER: Spent(0.5, 120), BOT: Spent()}
     # ...and the next admission removes it.
     assert await store.hold_spend(limits, "c", 0.0, 0, now=NOW + 31, ttl_s=60) is None
     assert await holds(backend) == [("b", USER), ("c", BOT), ("c", USER)]
