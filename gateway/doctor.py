@@ -74,11 +74,15 @@ def _finish(results: Sequence[Result], already: Sequence[Result] = ()) -> int:
 
 def _network_checks(config: Config) -> list[tuple[str, Awaitable[Result], str | None]]:
     """(check name, the check, the secret it uses) for each provider and enabled platform."""
-    from gateway.wiring import main_settings, summary_settings
+    from gateway.wiring import fallback_settings, main_settings, summary_settings
 
     checks: list[tuple[str, Awaitable[Result], str | None]] = []
     main = main_settings(config)
     checks.append(("provider", check_provider("provider", main), main.api_key))
+    for i, fallback in enumerate(fallback_settings(config)):  # each checked like the main one
+        check = f"fallback {i + 1}"
+        checks.append((check, check_provider(check, fallback, f"model.fallbacks[{i}].api_key"),
+                       fallback.api_key))
     summary = summary_settings(config)
     if summary is not None:
         checks.append(("summary", check_provider("summary", summary), summary.api_key))
@@ -142,8 +146,10 @@ def check_loop(config: Config) -> Result | None:
 # --- providers ---------------------------------------------------------------------------
 
 
-async def check_provider(check: str, settings: ProviderSettings) -> Result:
-    """Local: the model file is there. Remote: list the models, which costs nothing."""
+async def check_provider(check: str, settings: ProviderSettings,
+                         key: str | None = None) -> Result:
+    """Local: the model file is there. Remote: list the models, which costs nothing.
+    `key`: the config key of its API key, named when the key is refused."""
     label = f"{settings.provider} {settings.model}"
     if settings.provider == "local":
         ok, detail = await asyncio.to_thread(_local_model, settings)
@@ -165,7 +171,8 @@ async def check_provider(check: str, settings: ProviderSettings) -> Result:
     try:
         await client.models.list()
     except sdk.APIStatusError as exc:
-        refusal = _refusal(check, exc.status_code, exc.body, settings.api_key)
+        refusal = _refusal(key or _KEYS.get(check, ""), exc.status_code, exc.body,
+                           settings.api_key)
         return Result(check, False, f"{where}: {refusal}")
     except sdk.APIConnectionError as exc:
         return Result(check, False, f"{where}: unreachable ({network_reason(exc)})")
@@ -174,9 +181,11 @@ async def check_provider(check: str, settings: ProviderSettings) -> Result:
     return Result(check, True, where)
 
 
-def _refusal(check: str, status: int, body: Any, api_key: str | None) -> str:
+_KEYS = {"provider": "model.api_key", "summary": "auxiliary.compression.api_key"}
+
+
+def _refusal(key: str, status: int, body: Any, api_key: str | None) -> str:
     if status in (401, 403):
-        key = "model.api_key" if check == "provider" else "auxiliary.compression.api_key"
         return f"the API key was refused ({status}); check {key}"
     message = plain_error(extract_info(status, body).message, limit=160, known=api_key)
     return f"HTTP {status}" + (f": {message}" if message else "")

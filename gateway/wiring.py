@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,9 @@ from agent import caching
 from agent.agent import AgentSettings
 from agent.attachments.files import AttachmentFiles
 from agent.engines import resolve_engine_factory
-from agent.providers.base import ProviderSettings
+from agent.providers.base import Provider, ProviderSettings
+from agent.providers.breaker import Breakers, BreakerSettings
+from agent.providers.chain import FallbackPolicy, ModelChain, SummaryChain
 from agent.providers.factory import build_provider
 from agent.tools.budget import clean_old_outputs
 from gateway.app import Gateway
@@ -48,7 +50,13 @@ log = logging.getLogger(__name__)
 def main_settings(config: Config, name: str | None = None) -> ProviderSettings:
     """The configured model; `name`: another model of the same provider (a chat's own,
     `chats: {KEY: {model: NAME}}`), whose vision is then known from its name."""
-    m = config.model
+    return model_settings(config, config.model, name)
+
+
+def model_settings(config: Config, m: ModelEntry, name: str | None = None
+                   ) -> ProviderSettings:
+    """A model entry of the config with the prompt-caching rule applied; `name`: another
+    model at the same place (see `main_settings`)."""
     model = name or m.name
     return ProviderSettings(
         provider=m.provider, model=model, base_url=m.base_url, api_key=m.api_key,
@@ -58,6 +66,11 @@ def main_settings(config: Config, name: str | None = None) -> ProviderSettings:
         cache_ttl=(config.prompt_caching.cache_ttl if caching.applies(m.provider, model)
                    else None),
     )
+
+
+def fallback_settings(config: Config) -> list[ProviderSettings]:
+    """`model.fallbacks`, in the order they are tried."""
+    return [model_settings(config, entry) for entry in config.model.fallbacks]
 
 
 def summary_settings(config: Config) -> ProviderSettings | None:
@@ -84,8 +97,11 @@ def require_local_model(config: Config) -> None:
     in one line, instead of failing every message."""
     from agent.providers.local import startup_problem
 
+    fallbacks = [(f"model.fallbacks[{i}].provider", settings)
+                 for i, settings in enumerate(fallback_settings(config))]
     for key, settings in (("model.provider", main_settings(config)),
-                          ("auxiliary.compression.provider", summary_settings(config))):
+                          ("auxiliary.compression.provider", summary_settings(config)),
+                          *fallbacks):
         if settings is not None and settings.provider == "local":
             problem = startup_problem(settings)
             if problem is not None:
@@ -112,21 +128,23 @@ def build_prices(config: Config) -> dict[str, Price]:
 def build_conversations(config: Config, store: SessionStore,
                         metrics: Metrics | None = None, clock: Clock = utc_now
                         ) -> Conversations:
-    """Providers (each call counted in `metrics`), the context engine (resolved first: an
-    unknown name fails at startup before anything else is said)."""
+    """Providers (each call counted in `metrics`; each model followed by `model.fallbacks`,
+    their breakers timed by `clock`), the context engine (resolved first: an unknown name
+    fails at startup before anything else is said)."""
     engine_factory = resolve_engine_factory(config.context.engine, data_dir=config.data_dir)
     metrics = metrics or Metrics()
+    chain = model_chains(config, metrics, clock)
     main = build_provider(main_settings(config))
     aux = summary_settings(config)
+    provider = chain(main, "chat", ModelChain)
     # The summarizer gets a meter of its own even when it is the main model, so calls are
-    # counted by purpose.
-    provider = MeteredProvider(main, metrics, "chat")
-    summary_provider = MeteredProvider(build_provider(aux) if aux is not None else main,
-                                       metrics, "summary")
+    # counted by purpose; as the main model it falls back like a turn does.
+    summary_provider = (MeteredProvider(build_provider(aux), metrics, "summary")
+                        if aux is not None else chain(main, "summary", SummaryChain))
     prices = build_prices(config)
     chats = PerChat(config.chats)
-    providers = {name: MeteredProvider(build_provider(main_settings(config, name)),
-                                       metrics, "chat") for name in chats.models()}
+    providers = {name: chain(build_provider(main_settings(config, name)), "chat", ModelChain)
+                 for name in chats.models()}
     files = attachment_files(config, store)
     return Conversations(store, provider=provider, summary_provider=summary_provider,
                          engine_factory=engine_factory, system_prompt=config.system_prompt,
@@ -139,22 +157,37 @@ def build_conversations(config: Config, store: SessionStore,
                          budgets=build_budgets(config, store, prices, metrics, clock))
 
 
-def entry_settings(entry: ModelEntry) -> ProviderSettings:
-    """A model named in config by itself (`budgets.fallback_model`)."""
-    return ProviderSettings(
-        provider=entry.provider, model=entry.name, base_url=entry.base_url,
-        api_key=entry.api_key, context_length=entry.context_length,
-        max_output_tokens=entry.max_output_tokens, timeout_s=entry.timeout_s,
-        max_retries=entry.max_retries, vision=entry.vision)
-
-
 def build_budgets(config: Config, store: SessionStore, prices: dict[str, Price],
                   metrics: Metrics, clock: Clock) -> Budgets:
     """Spending limits (docs/budgets.md); spend is counted whether or not any is set."""
     entry = config.budgets.fallback_model
-    fallback = (MeteredProvider(build_provider(entry_settings(entry)), metrics, "chat")
+    fallback = (MeteredProvider(build_provider(model_settings(config, entry)), metrics, "chat")
                 if entry is not None and config.budgets.on_limit == "fallback" else None)
     return Budgets(config.budgets, store, prices, clock, fallback)
+
+
+def model_chains(config: Config, metrics: Metrics, clock: Clock
+                 ) -> Callable[[Provider, str, type[ModelChain]], ModelChain]:
+    """What makes a model and `model.fallbacks` one chain, metered for a purpose; every
+    chain shares the fallbacks and one breaker per model (docs/fallbacks.md)."""
+    m = config.model
+    breakers = Breakers(BreakerSettings(m.breaker.failures, m.breaker.cooldown_s),
+                        clock=lambda: clock().timestamp())
+    policy = FallbackPolicy(max_wait_s=m.max_wait_s, announce=m.announce_fallback)
+    fallbacks = [build_provider(settings) for settings in fallback_settings(config)]
+    metrics.watch_counters(
+        "threadline_model_calls", "Model calls in the fallback chain, by outcome: ok, failed, "
+        "fell_back (failed, so the next model was tried), skipped (its breaker was open)",
+        ("model", "outcome"), breakers.outcomes)
+    metrics.watch_levels("threadline_model_breaker",
+                         "Each model's breaker: 0 closed, 1 open, 2 half-open", "model",
+                         breakers.states)
+
+    def chain(head: Provider, purpose: str, kind: type[ModelChain]) -> ModelChain:
+        return kind([MeteredProvider(model, metrics, purpose) for model in (head, *fallbacks)],
+                    breakers=breakers, policy=policy)
+
+    return chain
 
 
 def build_rooms(config: Config, chats: PerChat) -> Rooms:

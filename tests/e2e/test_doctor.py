@@ -265,6 +265,27 @@ async def test_a_separate_summary_model_is_checked_too(setup, fake_anthropic, ke
         assert "the API key was refused (401)" in summary
 
 
+async def test_every_fallback_model_is_checked_like_the_main_one(setup, fake_openai,
+                                                                 fake_anthropic):
+    fake_anthropic.api_key = ANTHROPIC_KEY
+    setup.model["fallbacks"] = [
+        {"provider": "openai", "name": "fake-fallback", "base_url": fake_openai.base_url,
+         "api_key": API_KEY},
+        {"provider": "anthropic", "name": "claude-fake", "base_url": fake_anthropic.url,
+         "api_key": WRONG_KEY}]
+    ran = await doctor(setup)
+    found = lines(ran)
+    assert ran.code == 1 and found["end"] == "1 problem", ran.out
+    assert found["fallback 1"].startswith("ok    fallback 1  openai fake-fallback at "
+                                          f"{fake_openai.base_url}"), ran.out
+    assert found["fallback 2"].startswith("FAIL  fallback 2  anthropic claude-fake at "
+                                          f"{fake_anthropic.url}"), ran.out
+    assert "the API key was refused (401); check model.fallbacks[1].api_key" \
+        in found["fallback 2"]
+    assert len(fake_openai.calls_to("/v1/models")) == 2  # the main model's and the first's
+    assert not fake_openai.calls_to("/chat/completions")
+
+
 async def test_the_local_model_is_found_without_loading_it(setup):
     setup.model = {"provider": "local", "name": "SmolLM2-135M-Instruct"}
     ran = await doctor(setup)
