@@ -218,7 +218,7 @@ def classify_status(info: ErrorInfo, *, provider: str, headers: Mapping[str, str
     length = length_error(info, label, **kw)
     if length is not None:
         return length
-    if kind in ("overloaded_error", "api_error"):
+    if kind in ("overloaded_error", "api_error", "server_error"):
         return ProviderUnavailableError(label, **kw)
     return BadRequestError(label, **kw)
 
@@ -266,6 +266,9 @@ def sdk_errors(sdk: ModuleType, base_error: type[Exception], *, provider: str,
             provider=provider) from exc
     except sdk.APIStatusError as exc:
         raise from_status_exception(exc, provider=provider, secret=secret) from exc
+    except sdk.APIError as exc:  # an error event inside a stream that had begun: no status
+        info = extract_info(None, getattr(exc, "body", None), str(getattr(exc, "message", exc)))
+        raise classify_status(info, provider=provider, secret=secret) from exc
     # A stream that breaks off after it began: the SDKs pass their transport's errors on.
     except _TRANSPORT_TIMEOUTS as exc:
         raise ProviderTimeoutError(f"{provider}: the reply stalled for {timeout_s:g}s",

@@ -263,9 +263,10 @@ async def test_a_broken_stream_raises_a_provider_error_without_the_key(
     assert fake.streamed_requests == 1 and fake.usages == []
     assert SECRET not in str(error) and SECRET not in repr(error)
     assert error.provider == provider.kind
-    if how == "drop" or provider.kind == "anthropic":  # Anthropic's in-stream error: overloaded
-        assert isinstance(error, ProviderUnavailableError)
-        assert not isinstance(error, ProviderTimeoutError)
+    # The server's fault either way (OpenAI's in-stream server_error, Anthropic's overloaded
+    # event): another model may answer instead (docs/fallbacks.md).
+    assert isinstance(error, ProviderUnavailableError)
+    assert not isinstance(error, ProviderTimeoutError)
     # The provider is fine for the next call.
     fake.queue_reply(ANSWER)
     assert (await provider.complete(QUESTION, max_tokens=200)).text == ANSWER

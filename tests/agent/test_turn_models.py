@@ -10,6 +10,7 @@ import pytest
 
 from agent.agent import Agent, AgentSettings
 from agent.compression.compressor import ContextCompressor
+from agent.providers.chain import ModelChain
 from agent.providers.openai_compat import OpenAICompatProvider
 from tests.harness.fake_openai import FakeOpenAI
 from tests.harness.gateway import is_summary_request, summarizing_responder
@@ -55,3 +56,36 @@ async def test_a_turn_on_a_smaller_model_is_fitted_to_it_and_then_home_again(
     result = await agent.run_turn()
     assert result.reply == "echo: back home"
     assert chat_calls(fake_openai) and len(chat_calls(cheap)) == 1
+
+
+class Shown:
+    """A live reply (a `ReplyStream`): what is on screen after the pieces and retractions."""
+
+    def __init__(self) -> None:
+        self.screen = ""
+        self.retracted = 0
+
+    def text(self, piece: str) -> None:
+        self.screen += piece
+
+    def retract(self) -> None:
+        self.screen, self.retracted = "", self.retracted + 1
+
+
+@pytest.mark.parametrize("how", ["drop", "error"])
+async def test_a_model_breaking_off_mid_stream_is_replaced_on_screen_by_the_fallback(
+        autoclose, fake_openai, cheap, how):
+    fake_openai.responder = lambda body: "the primary starts a long answer " * 5
+    fake_openai.stream_chunk_chars = 8
+    fake_openai.break_stream_next(after_chars=40, how=how)
+    chain = autoclose(ModelChain([
+        OpenAICompatProvider(fake_openai.provider_settings(model="own")),
+        OpenAICompatProvider(cheap.provider_settings(model="small"))]))
+    agent = Agent.create(chain, ContextCompressor, AgentSettings())
+    agent.load([{"role": "system", "content": "Be brief."}])
+    agent.append([{"role": "user", "content": "tell me"}])
+    shown = Shown()
+    result = await agent.run_turn(shown)
+    assert result.reply == shown.screen == "echo: tell me"
+    assert shown.retracted == 1  # the primary's half answer went away
+    assert {u.model for u in result.usage} == {"small"}
