@@ -226,3 +226,18 @@ async def test_a_smaller_fallback_gets_the_conversation_compacted_to_fit(tmp_pat
     assert spare.prompt_tokens(answered.json) <= 4000
     assert "Exchanged numbered test messages" in str(answered.json["messages"])
     assert "/ 32,000 tokens" in platform.texts()[-1]  # the primary's window again
+
+
+async def test_a_chats_own_model_falls_back_too(tmp_path, fake_openai, spare):
+    fake_openai.outage = 503
+    config = fallback_config(tmp_path, fake_openai, spare,
+                             sections={"chats": {"console:1": {"model": "own-model"}}})
+    platform = RecordingPlatform("console")
+    gw = await started(config, platform)
+    try:
+        await answer(platform, "hello")
+    finally:
+        await close(gw)
+    assert platform.texts() == ["echo: hello"]
+    assert [c.json["model"] for c in chat_calls(fake_openai)] == ["own-model"]
+    assert [c.json["model"] for c in chat_calls(spare)] == ["fake-fallback"]
