@@ -12,9 +12,8 @@ from typing import Any
 import yaml
 
 from gateway.app import DRAIN_TIMEOUT_S
-from tests.gateway.test_mcp_gateway import ASK, scripted
 from tests.harness.gateway import telegram_run_config
-from tests.harness.mcp import alive, group_alive, read_pid, stdio_entry
+from tests.harness.mcp import ASK, alive, asking, group_alive, read_pid, stdio_entry
 from tests.harness.running import USER, Running
 from tests.harness.waiting import eventually
 
@@ -32,7 +31,7 @@ def run_config(tmp_path: Path, fake_telegram: Any, model_url: str, entry: dict[s
 
 async def test_sigterm_with_a_tool_call_in_flight_leaves_no_server_process(
         tmp_path, fake_telegram, fake_openai):
-    fake_openai.responder = scripted
+    fake_openai.responder = asking
     pidfile = tmp_path / "mcp.pid"
     entry = stdio_entry(pidfile, timeout_s=TIMEOUT_S, chats=["telegram:*"],
                         env={"MCP_TEST_CHILD": "1"})  # a helper in its process group

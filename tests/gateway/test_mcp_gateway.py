@@ -14,34 +14,22 @@ from typing import Any
 import pytest
 
 from agent.attachments.present import LIFTED, TOOL_PICTURES
-from tests.harness.base import text_of, tool_call_reply
+from tests.harness.base import text_of
 from tests.harness.fake_openai import sniff_image
 from tests.harness.gateway import close, config_for, started_gateway
-from tests.harness.mcp import http_entry, http_server, stdio_entry
+from tests.harness.mcp import (
+    ASK,
+    asking,
+    http_entry,
+    http_server,
+    offered,
+    requests,
+    say_and_wait,
+    stdio_entry,
+)
 from tests.harness.platform import RecordingPlatform
 
-ASK = "please call "
 TIMEOUT_S = 2.0  # the server's tool timeout in these tests
-
-
-def scripted(body: dict[str, Any]) -> Any:
-    """The model: "please call NAME {json}" makes it call NAME once, then say "done"."""
-    messages = body["messages"]
-    asked = max(i for i, m in enumerate(messages)
-                if m["role"] == "user" and ASK in text_of(m["content"]))
-    if any(m["role"] == "tool" for m in messages[asked + 1:]):
-        return "done"
-    said = text_of(messages[asked]["content"])  # in a group, after the speaker's name
-    name, _, arguments = said[said.index(ASK) + len(ASK):].partition(" ")
-    return tool_call_reply(name, json.loads(arguments or "{}"), call_id=f"call_{asked}")
-
-
-def requests(fake: Any) -> list[dict[str, Any]]:
-    return [c.json for c in fake.calls_to("/chat/completions") if c.json]
-
-
-def offered(body: dict[str, Any]) -> list[str]:
-    return [t["function"]["name"] for t in body.get("tools") or []]
 
 
 def after_call(fake: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -71,7 +59,7 @@ async def ask(platform: RecordingPlatform, tool: str, arguments: dict[str, Any] 
 
 async def test_every_kind_of_result_reaches_the_next_request(tmp_path, fake_openai,
                                                               server_entry):
-    fake_openai.responder = scripted
+    fake_openai.responder = asking
     config = config_for(tmp_path, fake_openai.base_url, model={"vision": True},
                         tools={"mcp": {"test": server_entry}})
     platform = RecordingPlatform()
@@ -139,21 +127,9 @@ async def test_every_kind_of_result_reaches_the_next_request(tmp_path, fake_open
                        "sleep:timeout": 1, "weather:ok": 1, "add:invalid": 1}
 
 
-async def say_and_wait(platform: RecordingPlatform, text: str, **kw: Any) -> None:
-    done = len(platform.delivered_ids) + 1
-    await platform.say(text, **kw)
-    await platform.wait_delivered(done, timeout=30)
-
-
-def chat_requests(fake: Any, marker: str) -> list[dict[str, Any]]:
-    """The requests of the turn whose user message was `marker`."""
-    return [body for body in requests(fake)
-            if any(text_of(m["content"]) == marker for m in body["messages"])]
-
-
 async def test_allow_deny_and_chats_decide_what_is_offered_and_a_forced_call_is_refused(
         tmp_path, fake_openai):
-    fake_openai.responder = scripted
+    fake_openai.responder = asking
     entry = stdio_entry(tmp_path / "mcp.pid", chats=["test:1", "test:7*"],
                         allow=["add", "sleep", "l*"], deny=["sleep"])
     config = config_for(tmp_path, fake_openai.base_url, tools={"mcp": {"test": entry}})
@@ -182,7 +158,7 @@ async def test_allow_deny_and_chats_decide_what_is_offered_and_a_forced_call_is_
 
 async def test_a_server_without_chats_is_offered_only_in_an_admins_direct_messages(
         tmp_path, fake_openai):
-    fake_openai.responder = scripted
+    fake_openai.responder = asking
     config = config_for(tmp_path, fake_openai.base_url,
                         gateway={"admins": {"telegram": [42]}},
                         tools={"mcp": {"test": stdio_entry(tmp_path / "mcp.pid")}})

@@ -11,9 +11,19 @@ import sys
 import time
 from typing import Any
 
-from tests.gateway.test_mcp_gateway import ASK, offered, requests, say_and_wait, scripted
+from agent.tools.mcp.connection import PROBE_S
 from tests.harness.gateway import close, config_for, started_gateway
-from tests.harness.mcp import alive, kill, read_pid, stdio_entry
+from tests.harness.mcp import (
+    ASK,
+    alive,
+    asking,
+    kill,
+    offered,
+    read_pid,
+    requests,
+    say_and_wait,
+    stdio_entry,
+)
 from tests.harness.platform import RecordingPlatform
 from tests.harness.waiting import eventually
 
@@ -25,7 +35,7 @@ def mcp_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def test_a_killed_server_leaves_the_requests_and_comes_back(tmp_path, fake_openai):
-    fake_openai.responder = scripted
+    fake_openai.responder = asking
     pidfile, hold = tmp_path / "mcp.pid", tmp_path / "hold"
     entry = stdio_entry(pidfile, timeout_s=TIMEOUT_S, chats=["test:*"],
                         env={"MCP_TEST_HOLD": str(hold)})
@@ -61,6 +71,12 @@ async def test_a_killed_server_leaves_the_requests_and_comes_back(tmp_path, fake
         second = read_pid(pidfile)
         await say_and_wait(platform, f"{ASK}test__add {json.dumps({'a': 2, 'b': 2})}")
         after = requests(fake_openai)[-1]
+
+        # Killed while idle: its program's end is noticed at once, not at the next probe.
+        hold.touch()
+        assert second is not None
+        kill(second)
+        await eventually(lambda: connection.state != "up", timeout=PROBE_S / 3)
     finally:
         await close(gw)
 
@@ -105,7 +121,7 @@ async def test_a_slow_server_does_not_hold_up_the_start_and_its_tools_join_later
         tmp_path, fake_openai):
     from gateway.mcp.hub import STARTUP_WAIT_S
 
-    fake_openai.responder = scripted
+    fake_openai.responder = asking
     entry = stdio_entry(tmp_path / "mcp.pid", chats=["test:*"],
                         env={"MCP_TEST_START_DELAY": str(STARTUP_WAIT_S + 4)})
     platform = RecordingPlatform()
