@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 GRACE_S = 2.0  # after its stdin closes, the program may exit by itself this long
 TERM_S = 2.0  # after SIGTERM to its group, before SIGKILL
 POLL_S = 0.02
-TAIL_LINES = 20  # stderr lines kept, to say why a program ended
+TAIL_LINES = 3  # its last stderr lines are kept (a traceback's last lines name the error)
 MAX_LINE = 64 * 1024 * 1024  # a stdout line longer than this is a broken program
 _GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
 
@@ -53,8 +53,9 @@ class Program:
         self.returncode: int | None = None
 
     def said(self) -> str:
-        """Its last stderr lines, for a log line about why it stopped."""
-        return " | ".join(self.tail)
+        """Its last stderr lines, for a log line about why it stopped (debug logs have
+        every line)."""
+        return " | ".join(line.strip()[:200] for line in self.tail)
 
 
 @asynccontextmanager
