@@ -20,10 +20,12 @@ def mcp_checks(config: Config) -> list[tuple[str, Awaitable[Result], str | None]
 
 async def check_server(spec: ServerSpec) -> Result:
     check = f"mcp {spec.name}"
+    connection = McpConnection(spec)
     try:
-        listed = await McpConnection(spec).list_once()
+        listed = await connection.list_once()
     except Exception as exc:
-        return Result(check, False, f"{spec.transport}: {describe_failure(exc, spec)}")
+        why = describe_failure(exc, spec, connection.program)
+        return Result(check, False, f"{spec.transport}: {why}")
     names = [tool.name for tool in listed]
     more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
     shown = ", ".join(names[:SHOWN]) + more

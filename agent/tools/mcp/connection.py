@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,15 +152,13 @@ class McpConnection:
             began = loop.time()
             try:
                 await self._session()
-                why = "the session ended"
+                why = "the session ended"  # only a stop ends it without an error
             except Exception as exc:
-                why = describe_failure(exc, self.spec)
+                why = describe_failure(exc, self.spec, self.program)
             was_up = self.state == "up"
             self._down()
             if self._stop.is_set():
                 break
-            if self.program is not None and self.program.pid is not None:
-                why = f"{why} ({describe_exit(self.program)})"
             failures = 1 if was_up and loop.time() - began >= STEADY_S else failures + 1
             pause = PAUSES_S[min(failures, len(PAUSES_S)) - 1]
             log.warning("mcp %s: %s %s; trying again in %g s", self.name,
@@ -287,20 +285,20 @@ class McpConnection:
                       validator_for(schema)(schema))
 
 
-def _reason(exc: BaseException, secrets: Iterable[str] = ()) -> str:
-    """The first real error inside task groups' exception groups, as one line; `secrets`
-    (a server's env and header values) masked even where no pattern knows them."""
+def describe_failure(exc: BaseException, spec: ServerSpec,
+                     program: Program | None = None) -> str:
+    """Why a server could not be reached or started, or went away, in one line: the first
+    real error inside task groups' exception groups, and how its program ended and what
+    it said last; its secrets (env and header values) masked even where no pattern
+    knows them."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     message = str(exc)
-    for secret in secrets:
-        message = message.replace(secret, REDACTED)
-    line = plain_error(message)
+    if program is not None and program.pid is not None:
+        message = f"{message} ({describe_exit(program)})"
+    for secret in (*spec.env.values(), *spec.headers.values(),
+                   urlsplit(spec.url or "").password):
+        if secret:
+            message = message.replace(secret, REDACTED)
+    line = plain_error(message, limit=400)
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
-
-
-def describe_failure(exc: BaseException, spec: ServerSpec) -> str:
-    """Why a server could not be reached or started, in one line without its secrets."""
-    secrets = [v for v in (*spec.env.values(), *spec.headers.values(),
-                           urlsplit(spec.url or "").password) if v]
-    return _reason(exc, secrets)

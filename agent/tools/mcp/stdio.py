@@ -66,10 +66,11 @@ async def stdio_transport(command: Sequence[str], env: Mapping[str, str], cwd: s
     """Start the program; yield the streams an MCP session reads and writes."""
     program.ended.clear()
     program.tail.clear()
+    program.pid = program.returncode = None  # this run's, once it has started
     process = await anyio.open_process(
         list(command), env={**get_default_environment(), **env}, cwd=cwd,
         start_new_session=True)  # its own session, so its own process group
-    program.pid, program.returncode = process.pid, None
+    program.pid = process.pid
     # No await between the start and the task group: a cancel there would lose the program.
     read_send, read_receive = anyio.create_memory_object_stream[Incoming](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
