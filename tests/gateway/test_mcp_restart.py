@@ -12,11 +12,13 @@ import time
 from typing import Any
 
 from agent.tools.mcp.connection import PROBE_S
+from tests.harness.fixtures import free_port
 from tests.harness.gateway import close, config_for, started_gateway
 from tests.harness.mcp import (
     ASK,
     alive,
     asking,
+    http_server,
     kill,
     offered,
     read_pid,
@@ -142,3 +144,42 @@ async def test_a_slow_server_does_not_hold_up_the_start_and_its_tools_join_later
     assert started_in < STARTUP_WAIT_S + 3
     assert mcp_tools(early) == [] and early["messages"][-1]["content"]
     assert later["messages"][-1]["content"] == "2"
+
+
+async def test_a_remote_server_down_at_the_start_and_gone_later_is_reached_again(
+        tmp_path, fake_openai):
+    fake_openai.responder = asking
+    port = free_port()
+    entry = {"url": f"http://127.0.0.1:{port}/mcp", "chats": ["test:*"]}
+    platform = RecordingPlatform()
+    gw = await started_gateway(config_for(tmp_path, fake_openai.base_url,
+                                          tools={"mcp": {"web": entry}}), [platform])
+    connection = gw.conversations.mcp.connections["web"]  # type: ignore[union-attr]
+    ask_add = f"{ASK}web__add {json.dumps({'a': 1, 'b': 2})}"
+    try:
+        await say_and_wait(platform, "hello, nobody listens yet")
+        nobody = requests(fake_openai)[-1]
+        async with http_server(tmp_path, port):
+            await eventually(lambda: connection.state == "up", timeout=30)
+            await say_and_wait(platform, ask_add)
+            up = requests(fake_openai)[-1]
+        # Gone: the next call finds out, says so, and the tools leave until it is back.
+        await say_and_wait(platform, ask_add)
+        failed = requests(fake_openai)[-1]
+        await eventually(lambda: connection.state != "up", timeout=10)
+        await say_and_wait(platform, "hello again")
+        gone = requests(fake_openai)[-1]
+        async with http_server(tmp_path, port):
+            await eventually(lambda: connection.state == "up", timeout=60)
+            await say_and_wait(platform, ask_add)
+            back = requests(fake_openai)[-1]
+    finally:
+        await close(gw)
+
+    assert [t for t in offered(nobody) if t.startswith("web__")] == []
+    assert up["messages"][-1]["content"] == "3"
+    assert failed["messages"][-1]["content"] == (
+        "Error: web__add: the MCP server went away during the call; try again in a moment.")
+    assert [t for t in offered(gone) if t.startswith("web__")] == []
+    assert back["messages"][-1]["content"] == "3"
+    assert json.dumps(back["tools"]) == json.dumps(up["tools"])

@@ -29,12 +29,14 @@ def http_entry(url: str, **extra: Any) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def http_server(directory: Path, **env: str) -> AsyncIterator[str]:
-    """The test server on streamable HTTP in a process of its own; yields its URL."""
+async def http_server(directory: Path, port: int = 0, **env: str) -> AsyncIterator[str]:
+    """The test server on streamable HTTP in a process of its own (on `port`, else a free
+    one); yields its URL."""
     portfile = directory / "mcp-port"
+    portfile.unlink(missing_ok=True)
     pidfile = directory / "mcp-http.pid"
     proc = await asyncio.create_subprocess_exec(
-        *SERVER, "--http", str(portfile), cwd=str(REPO),
+        *SERVER, "--http", str(portfile), "--port", str(port), cwd=str(REPO),
         env={**os.environ, "MCP_TEST_PIDFILE": str(pidfile), **env},
         stdin=asyncio.subprocess.DEVNULL)
     try:

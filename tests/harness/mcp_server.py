@@ -1,8 +1,8 @@
 """A real MCP server for the tests, written with the SDK's server API (MCPServer).
 
 Run as a program: `python -m tests.harness.mcp_server` serves over stdio;
-`--http PORTFILE` serves streamable HTTP on 127.0.0.1 at a free port, written to PORTFILE
-once it listens. Knobs come from the environment, so a test can disagree with the gateway:
+`--http PORTFILE` serves streamable HTTP on 127.0.0.1 at a free port (or `--port N`),
+written to PORTFILE once it listens. Knobs come from the environment, so a test can disagree with the gateway:
 
 - MCP_TEST_PIDFILE: the server writes its pid there when it starts (a test kills it, or
   checks that nothing of it is left).
@@ -102,12 +102,12 @@ def _startup() -> None:
         time.sleep(0.05)
 
 
-async def _serve_http(portfile: str) -> None:
+async def _serve_http(portfile: str, port: int) -> None:
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     app = server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
@@ -118,10 +118,11 @@ async def _serve_http(portfile: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", metavar="PORTFILE")
+    parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     _startup()
     if args.http:
-        asyncio.run(_serve_http(args.http))
+        asyncio.run(_serve_http(args.http, args.port))
     else:
         server.run("stdio")
 

@@ -161,8 +161,9 @@ class McpConnection:
                 break
             failures = 1 if was_up and loop.time() - began >= STEADY_S else failures + 1
             pause = PAUSES_S[min(failures, len(PAUSES_S)) - 1]
-            log.warning("mcp %s: %s %s; trying again in %g s", self.name,
-                        "went away:" if was_up else "could not start:", why, pause)
+            what = ("went away:" if was_up else "could not start:" if self.program
+                    else "could not connect:")
+            log.warning("mcp %s: %s %s; trying again in %g s", self.name, what, why, pause)
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), pause)
         self.state = "stopped"
