@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gateway.app import DRAIN_TIMEOUT_S
@@ -17,6 +18,7 @@ from tests.harness.mcp import ASK, alive, asking, group_alive, read_pid, stdio_e
 from tests.harness.running import USER, Running
 from tests.harness.waiting import eventually
 
+pytestmark = pytest.mark.timing  # kills and time bounds: `make test-loaded` runs it
 TIMEOUT_S = 4.0
 
 

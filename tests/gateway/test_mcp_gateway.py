@@ -8,10 +8,12 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from agent.attachments.present import LIFTED, TOOL_PICTURES
 from tests.harness.base import text_of
@@ -50,11 +52,46 @@ async def server_entry(request: pytest.FixtureRequest, tmp_path: Path
         yield http_entry(url, timeout_s=TIMEOUT_S, chats=["test:*"])
 
 
-async def ask(platform: RecordingPlatform, tool: str, arguments: dict[str, Any] | None = None
-              ) -> None:
-    done = len(platform.delivered_ids) + 1
-    await platform.say(f"{ASK}{tool} {json.dumps(arguments or {})}")
-    await platform.wait_delivered(done, timeout=30)
+@dataclass(frozen=True)
+class Called:
+    """What the next request carried after one tool call, and how long the turn took."""
+
+    content: Any  # the tool message's
+    following: list[dict[str, Any]]  # the messages after it
+    seconds: float
+
+
+CALLS = {"added": ("test__add", {"a": 2, "b": 3.5}),
+         "long": ("test__long_text", {"chars": 120_000}),
+         "pictured": ("test__image", {}),
+         "raised": ("test__raise", {}),
+         "slept": ("test__sleep", {"seconds": 30}),
+         "weather": ("test__weather", {"city": "Oslo"}),
+         "invalid": ("test__add", {"a": "two", "b": 1})}
+
+
+async def ask(platform: RecordingPlatform, fake: Any, tool: str, arguments: dict[str, Any]
+              ) -> Called:
+    began = time.monotonic()
+    await say_and_wait(platform, f"{ASK}{tool} {json.dumps(arguments)}")
+    result, following = after_call(fake)
+    return Called(result["content"], following, time.monotonic() - began)
+
+
+def shown_like_a_users_picture(called: Called) -> bool:
+    """A data URL in a user message right after the tool results (OpenAI takes pictures
+    from users only), the result saying where it went."""
+    [shown] = called.following
+    [url] = [p["image_url"]["url"] for p in shown["content"] if p["type"] == "image_url"]
+    return (LIFTED in called.content and shown["role"] == "user"
+            and text_of(shown["content"]).startswith(TOOL_PICTURES)
+            and url.startswith("data:image/png;base64,")
+            and sniff_image(base64.b64decode(url.split(",", 1)[1])) == "image/png")
+
+
+def counted(calls: Any) -> dict[str, float]:
+    return {s.labels["tool"] + ":" + s.labels["outcome"]: s.value
+            for metric in calls.collect() for s in metric.samples if s.name.endswith("_total")}
 
 
 async def test_every_kind_of_result_reaches_the_next_request(tmp_path, fake_openai,
@@ -65,30 +102,10 @@ async def test_every_kind_of_result_reaches_the_next_request(tmp_path, fake_open
     platform = RecordingPlatform()
     gw = await started_gateway(config, [platform])
     try:
-        await ask(platform, "test__add", {"a": 2, "b": 3.5})
-        added, _ = after_call(fake_openai)
+        got = {label: await ask(platform, fake_openai, *call) for label, call in CALLS.items()}
         tools = offered(requests(fake_openai)[0])
-
-        await ask(platform, "test__long_text", {"chars": 120_000})
-        long, _ = after_call(fake_openai)
-
-        await ask(platform, "test__image")
-        pictured, following = after_call(fake_openai)
-
-        await ask(platform, "test__raise")
-        raised, _ = after_call(fake_openai)
-
-        began = time.monotonic()
-        await ask(platform, "test__sleep", {"seconds": 30})
-        slept_for = time.monotonic() - began
-        slept, _ = after_call(fake_openai)
-
-        await ask(platform, "test__weather", {"city": "Oslo"})
-        weather, _ = after_call(fake_openai)
-
-        await ask(platform, "test__add", {"a": "two", "b": 1})
-        invalid, _ = after_call(fake_openai)
-        calls = gw.conversations.mcp.metrics.calls  # type: ignore[union-attr]
+        calls = counted(gw.conversations.mcp.metrics.calls)  # type: ignore[union-attr]
+        scraped = generate_latest(gw.metrics.registry).decode()
     finally:
         await close(gw)
 
@@ -97,34 +114,27 @@ async def test_every_kind_of_result_reaches_the_next_request(tmp_path, fake_open
         "test__add", "test__image", "test__long_text", "test__raise", "test__sleep",
         "test__weather"]
     assert tools == sorted(tools)
-    assert added["content"] == "5.5"
+    assert got["added"].content == "5.5"
     # The long text was saved by the output budget and previewed.
-    assert long["content"].startswith("[Saved output: 120,010 characters")
-    assert "BEGIN The quick brown fox" in long["content"] and "END" not in long["content"]
-    saved = long["content"].split("File ", 1)[1].split(";", 1)[0]
-    assert (tmp_path / "tool_outputs").rglob(saved)
-    # The picture is presented as a user's is: a data URL in a user message after the
-    # tool results (OpenAI takes pictures from users only), the result saying so.
-    assert LIFTED in pictured["content"]
-    [shown] = following
-    assert shown["role"] == "user" and text_of(shown["content"]).startswith(TOOL_PICTURES)
-    [url] = [p["image_url"]["url"] for p in shown["content"] if p["type"] == "image_url"]
-    assert url.startswith("data:image/png;base64,")
-    assert sniff_image(base64.b64decode(url.split(",", 1)[1])) == "image/png"
+    long = got["long"].content
+    assert long.startswith("[Saved output: 120,010 characters")
+    assert "BEGIN The quick brown fox" in long and "END" not in long
+    assert list((tmp_path / "tool_outputs").rglob(long.split("File ", 1)[1].split(";")[0]))
+    assert shown_like_a_users_picture(got["pictured"])
     # Failures are results in words, and the turn goes on.
-    assert raised["content"] == "Error: test__raise: Error executing tool raise"
-    assert slept["content"] == f"Error: test__sleep did not finish within {TIMEOUT_S:g} seconds."
-    assert slept_for < TIMEOUT_S + 10, "the turn waited for the tool, not for the server"
-    assert json.loads(weather["content"]) == {"city": "Oslo", "celsius": 21, "sky": "clear"}
-    assert invalid["content"].startswith(
+    assert got["raised"].content == "Error: test__raise: Error executing tool raise"
+    assert got["slept"].content == (
+        f"Error: test__sleep did not finish within {TIMEOUT_S:g} seconds.")
+    assert got["slept"].seconds < TIMEOUT_S + 10, "the turn waited for the tool only"
+    assert json.loads(got["weather"].content) == {"city": "Oslo", "celsius": 21, "sky": "clear"}
+    assert got["invalid"].content.startswith(
         "Error: test__add: the arguments do not fit its schema (a: 'two' is not of type "
         "'number'), so it did not run.")
-    assert platform.texts("test:1") == ["done"] * 7
-    counted = {s.labels["tool"] + ":" + s.labels["outcome"]: s.value
-               for metric in calls.collect() for s in metric.samples
-               if s.name.endswith("_total")}
-    assert counted == {"add:ok": 1, "long_text:ok": 1, "image:ok": 1, "raise:error": 1,
-                       "sleep:timeout": 1, "weather:ok": 1, "add:invalid": 1}
+    assert platform.texts("test:1") == ["done"] * len(CALLS)
+    assert calls == {"add:ok": 1, "long_text:ok": 1, "image:ok": 1, "raise:error": 1,
+                     "sleep:timeout": 1, "weather:ok": 1, "add:invalid": 1}
+    assert 'threadline_mcp_server_up{server="test"} 1.0' in scraped
+    assert 'threadline_mcp_server_starts{server="test"} 1.0' in scraped
 
 
 async def test_allow_deny_and_chats_decide_what_is_offered_and_a_forced_call_is_refused(

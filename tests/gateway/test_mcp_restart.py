@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from agent.tools.mcp.connection import PROBE_S
 from tests.harness.fixtures import free_port
 from tests.harness.gateway import close, config_for, started_gateway
@@ -29,6 +31,7 @@ from tests.harness.mcp import (
 from tests.harness.platform import RecordingPlatform
 from tests.harness.waiting import eventually
 
+pytestmark = pytest.mark.timing  # kills and time bounds: `make test-loaded` runs it
 TIMEOUT_S = 5.0
 
 
