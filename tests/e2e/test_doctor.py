@@ -172,8 +172,12 @@ async def test_a_service_that_never_answers_times_out_in_seconds(setup, fake_ope
     assert ran.code == 1 and found["end"] == "3 problems", ran.out
     for check in ("provider", "telegram", "discord"):
         assert "unreachable (no answer within 5 s)" in found[check], ran.out
-    # The checks run side by side, each tried once: not 3 x 5 s, and no SDK retries.
-    assert elapsed < 12
+    # The checks run side by side, each tried once (no SDK retries): every service was
+    # asked before any check's 5 s were up. The wall clock also holds the process's start,
+    # which a busy machine stretches: it only bounds the whole loosely.
+    asked = [fake.calls[0].at for fake in (fake_openai, fake_telegram, fake_discord)]
+    assert max(asked) - min(asked) < 4, asked
+    assert elapsed < 30
     assert len(fake_openai.calls_to("/v1/models")) == 1
 
 

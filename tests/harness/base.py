@@ -14,6 +14,7 @@ import json
 import math
 import signal
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class RecordedCall:
     json: Any = None
     form: dict[str, Any] | None = None
     body: bytes = b""
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 @dataclass
