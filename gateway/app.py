@@ -23,7 +23,6 @@ from gateway.outbound import Outbound
 from gateway.recovery import Recovering
 from gateway.resets import Clock, ResetPolicy, Resets, utc_now
 from gateway.router import ChatRouter
-from gateway.spend_gate import SpendGate
 from gateway.streaming import Streaming, StreamSettings
 from gateway.worker import GENERIC_FAILURE, ChatWorker
 from platforms.base import InboundMessage, PlatformAdapter, PlatformFactory
@@ -79,9 +78,6 @@ class Gateway(Intake, Recovering):
             text_room=conversations.message_room, metrics=self.metrics)
         self.worker = ChatWorker(store, conversations, self.outbound, self.commands, auth,
                                  self.resets, self.metrics, live, self.reader)
-        if conversations.budgets is not None:
-            self.worker.spending = SpendGate(conversations.budgets, conversations, auth, store,
-                                             self.outbound)
         self.router = ChatRouter(self.worker.process, coalesce_ms=coalesce_ms)
         # Several processes on one database: chat leases decide who answers (cluster.py).
         self.cluster = None if store.coordination is None else Cluster(

@@ -113,3 +113,15 @@ def _senders(records: Sequence[InboundRecord]) -> list[str | None]:
     for i, record in enumerate(records):
         order[_user(record)] = i
     return sorted(order, key=order.__getitem__)
+
+
+async def admit(gate: SpendGate | None, chat: ChatRef, records: list[InboundRecord]
+                ) -> tuple[list[InboundRecord], Payer | None, Provider | None]:
+    """`SpendGate.admit`, or everything as it is where no budgets are kept."""
+    return await gate.admit(chat, records) if gate is not None else (records, None, None)
+
+
+async def release(gate: SpendGate | None, payer: Payer | None) -> None:
+    """Let go of a turn's hold now, when nothing will book it."""
+    if gate is not None:
+        await gate.budgets.release(payer)

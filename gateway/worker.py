@@ -32,7 +32,7 @@ from gateway.metrics import Metrics
 from gateway.outages import Outages
 from gateway.outbound import Outbound
 from gateway.resets import Resets
-from gateway.spend_gate import SpendGate
+from gateway.spend_gate import SpendGate, admit, release
 from gateway.streaming import LiveReply, Streaming, mark_stopped
 from gateway.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
@@ -68,7 +68,8 @@ class ChatWorker(Outages):
         self.commands = commands
         self.auth = auth
         self.loop: LoopWatch | None = None  # the gateway's pulse, for /status
-        self.spending: SpendGate | None = None  # budgets, checked before each turn
+        self.spending = SpendGate(conversations.budgets, conversations, auth, store,
+                                  outbound) if conversations.budgets else None  # budgets
         self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
         # With several processes: only while its lease surely holds (cluster.py).
         self.may_act: Callable[[str], bool] = lambda chat_key: True
@@ -160,8 +161,7 @@ class ChatWorker(Outages):
         except Stopped:
             self.metrics.turns.labels("stop").inc()
             return await self._not_answered(chat, records, "stop")
-        records, payer, model = await self.spending.admit(chat, records) if self.spending \
-            else (records, None, None)
+        records, payer, model = await admit(self.spending, chat, records)
         if not records:
             return
         live = self.streaming.open(chat, records[-1].message_id, draft_id=records[-1].id)
@@ -186,23 +186,27 @@ class ChatWorker(Outages):
             typing.cancel()
             if live is not None:
                 await asyncio.shield(live.close())
-        if prepared is None and payer is not None:  # nothing will book it: let go now
-            await asyncio.shield(self.spending.budgets.release(payer))
+        if prepared is not None:
+            return await self._commit(chat, records, prepared, live, started)
+        await asyncio.shield(release(self.spending, payer))  # nothing will book its hold
+        await self._unprepared(chat, records, running, live, failure)
+
+    async def _unprepared(self, chat: ChatRef, records: list[InboundRecord], running: Running,
+                          live: LiveReply | None, failure: str | None) -> None:
+        """A turn that stored nothing: its chat moved, messages deleted, store down, stop."""
         if failure == "lost":  # the take was refused: only retried rows counted an attempt
-            return self._give_up(chat_key, "another process holds it now",
+            return self._give_up(chat.key, "another process holds it now",
                                  [r.id for r in records if r.status == "taken"])
         if failure == "deleted":
-            log.info("chat %s: nothing left to answer (deleted before its turn)", chat_key)
+            log.info("chat %s: nothing left to answer (deleted before its turn)", chat.key)
             return
         if failure == "unreachable":
             return self._unreachable(chat, records)
-        if prepared is None:
-            outcome = failure or running.stop_reason or "failed"
-            self.metrics.turns.labels(outcome).inc()
-            if outcome == "stop" and live is not None and live.written.strip():
-                return await self._stopped_midway(chat, records, live)
-            return await self._not_answered(chat, records, outcome, live)
-        await self._commit(chat, records, prepared, live, started)
+        outcome = failure or running.stop_reason or "failed"
+        self.metrics.turns.labels(outcome).inc()
+        if outcome == "stop" and live is not None and live.written.strip():
+            return await self._stopped_midway(chat, records, live)
+        return await self._not_answered(chat, records, outcome, live)
 
     async def _commit(self, chat: ChatRef, records: list[InboundRecord], prepared: Prepared,
                       live: LiveReply | None, started: float) -> None:
