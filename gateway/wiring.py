@@ -99,6 +99,9 @@ def require_local_model(config: Config) -> None:
 
     fallbacks = [(f"model.fallbacks[{i}].provider", settings)
                  for i, settings in enumerate(fallback_settings(config))]
+    spare = config.budgets.fallback_model
+    if spare is not None and config.budgets.on_limit == "fallback":
+        fallbacks.append(("budgets.fallback_model.provider", model_settings(config, spare)))
     for key, settings in (("model.provider", main_settings(config)),
                           ("auxiliary.compression.provider", summary_settings(config)),
                           *fallbacks):

@@ -103,3 +103,16 @@ async def test_a_local_model_without_the_local_extra_stops_the_start_in_one_line
     assert doctor.code == 1
     said = line.split("model.provider: local: ", 1)[1]
     assert [r for r in doctor.out.splitlines() if said in r and "FAIL" in r], doctor.out
+
+
+async def test_a_local_budget_fallback_without_the_local_extra_stops_the_start_too(
+        tmp_path, without_llama_cpp):
+    budgets = {"user": {"day": {"usd": 1}}, "on_limit": "fallback",
+               "fallback_model": {"provider": "local", "name": "SmolLM2-135M-Instruct"}}
+    config = str(write_config(tmp_path, budgets=budgets))
+    ran = await threadline("run", "--config", config, home=tmp_path, env=without_llama_cpp,
+                           timeout=60)
+    assert ran.code == EX_CONFIG, ran.out + ran.err
+    [line] = ran.err.strip().splitlines()
+    assert "budgets.fallback_model.provider" in line, line
+    assert "pip install 'threadline[local]'" in line
