@@ -74,7 +74,12 @@ def _finish(results: Sequence[Result], already: Sequence[Result] = ()) -> int:
 
 def _network_checks(config: Config) -> list[tuple[str, Awaitable[Result], str | None]]:
     """(check name, the check, the secret it uses) for each provider and enabled platform."""
-    from gateway.wiring import fallback_settings, main_settings, summary_settings
+    from gateway.wiring import (
+        fallback_settings,
+        main_settings,
+        model_settings,
+        summary_settings,
+    )
 
     checks: list[tuple[str, Awaitable[Result], str | None]] = []
     main = main_settings(config)
@@ -86,6 +91,11 @@ def _network_checks(config: Config) -> list[tuple[str, Awaitable[Result], str | 
     summary = summary_settings(config)
     if summary is not None:
         checks.append(("summary", check_provider("summary", summary), summary.api_key))
+    spare = config.budgets.fallback_model
+    if spare is not None and config.budgets.on_limit == "fallback":
+        settings = model_settings(config, spare)
+        checks.append(("budget", check_provider(
+            "budget", settings, "budgets.fallback_model.api_key"), settings.api_key))
     tg, dc = config.platforms.telegram, config.platforms.discord
     if tg.enabled:
         checks.append(("telegram", check_telegram(config), tg.token))

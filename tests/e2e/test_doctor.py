@@ -290,6 +290,20 @@ async def test_every_fallback_model_is_checked_like_the_main_one(setup, fake_ope
     assert not fake_openai.calls_to("/chat/completions")
 
 
+async def test_the_budgets_fallback_model_is_checked_too(setup, fake_anthropic):
+    fake_anthropic.api_key = ANTHROPIC_KEY
+    setup.sections["budgets"] = {
+        "user": {"day": {"usd": 1}}, "on_limit": "fallback",
+        "fallback_model": {"provider": "anthropic", "name": "claude-fake",
+                           "base_url": fake_anthropic.url, "api_key": WRONG_KEY}}
+    ran = await doctor(setup)
+    found = lines(ran)
+    assert ran.code == 1 and found["end"] == "1 problem", ran.out
+    assert found["budget"].startswith("FAIL  budget      anthropic claude-fake at "
+                                            f"{fake_anthropic.url}"), ran.out
+    assert "check budgets.fallback_model.api_key" in found["budget"]
+
+
 async def test_the_local_model_is_found_without_loading_it(setup):
     setup.model = {"provider": "local", "name": "SmolLM2-135M-Instruct"}
     ran = await doctor(setup)
