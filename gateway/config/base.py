@@ -3,11 +3,12 @@ cross-field error and paths relative to the config file."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 
@@ -45,6 +46,24 @@ def _none_to_mapping(value: Any) -> Any:
 
 def _upper(value: Any) -> Any:
     return value.upper() if isinstance(value, str) else value
+
+
+def dollars(meaning: str) -> Any:
+    """A type for an amount of US dollars: a finite number >= 0, never a YAML boolean
+    (`true` would pass as 1.0); `meaning` goes into the error."""
+    expected = f"expected a number >= 0 ({meaning})"
+
+    def not_bool(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"{expected}, got {str(value).lower()}")
+        return value
+
+    def finite(value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(expected)
+        return value
+
+    return Annotated[float, BeforeValidator(not_bool), AfterValidator(finite)]
 
 
 OptStr = Annotated[str | None, BeforeValidator(_none_to_empty)]

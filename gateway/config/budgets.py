@@ -3,31 +3,15 @@ in USD (priced from `prices:`) and/or tokens (docs/budgets.md)."""
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from gateway.config.base import Section, _none_to_mapping, rule_error
+from gateway.config.base import Section, _none_to_mapping, dollars, rule_error
 from gateway.config.entries import ModelEntry
 
-_USD = "expected a number >= 0 (USD)"
-
-
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"{_USD}, got {str(value).lower()}")
-    return value
-
-
-def _finite(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(_USD)
-    return value
-
-
-Dollars = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_finite)]
+Dollars = dollars("USD")
 
 
 class Limit(Section):

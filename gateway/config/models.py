@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,6 +28,7 @@ from gateway.config.base import (
     _none_to_empty,
     _none_to_mapping,
     _upper,
+    dollars,
     resolve_path,
     rule_error,
 )
@@ -71,22 +71,7 @@ class PromptCachingConfig(Section):
     cache_ttl: Literal["5m", "1h"] = "5m"
 
 
-_USD = "expected a number >= 0 (USD per million tokens)"
-
-
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):  # YAML `true` would pass as 1.0
-        raise ValueError(f"{_USD}, got {str(value).lower()}")
-    return value
-
-
-def _usd(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(_USD)
-    return value
-
-
-Usd = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_usd)]
+Usd = dollars("USD per million tokens")
 
 
 class ModelPrice(Section):
