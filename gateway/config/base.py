@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
@@ -66,6 +67,17 @@ def dollars(meaning: str) -> Any:
     return Annotated[float, BeforeValidator(not_bool), AfterValidator(finite)]
 
 
+def _known_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {value!r}; use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        ) from None
+    return value
+
+
+Zone = Annotated[str, AfterValidator(_known_zone)]  # an IANA time zone name
 OptStr = Annotated[str | None, BeforeValidator(_none_to_empty)]
 UserId = Annotated[str, BeforeValidator(_user_id)]
 

@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +24,7 @@ from gateway.config.base import (
     OptStr,
     Section,
     UserId,
+    Zone,
     _none_to_empty,
     _none_to_mapping,
     _upper,
@@ -190,18 +190,7 @@ class SessionResetConfig(Section):
     mode: Literal["none", "idle", "daily", "both"] = "none"
     idle_minutes: int = Field(1440, ge=1)
     at_hour: int = Field(4, ge=0, le=23)
-    timezone: str = "UTC"
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown time zone {value!r}; use an IANA name such as 'UTC' or 'Europe/Berlin'"
-            ) from None
-        return value
+    timezone: Zone = "UTC"
 
 
 class GatewayConfig(Section):
