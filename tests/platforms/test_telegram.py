@@ -179,15 +179,17 @@ async def test_a_rate_limited_chat_waits_while_other_chats_flow(tmp_path, fake_o
     async with telegram_gateway(config):
         # A pause long enough that a busy machine's slowness (seconds) cannot pass for it.
         fake_telegram.rate_limit_next(PAUSE_S)
-        pushed = time.monotonic()
         fake_telegram.push(fake_telegram.updates.private_text("first", USER))
-        await asyncio.sleep(0.3)
+        # The other chat speaks once the first one's answer met the 429 (not before: its
+        # own answer would take the 429 then).
+        limited = await fake_telegram.wait_for_call("/sendMessage", timeout=10)
+        assert limited.form["chat_id"] == str(USER)
         fake_telegram.push(fake_telegram.updates.private_text("second", other, other))
         [fast] = await fake_telegram.wait_for_messages(other, 1, timeout=10)
         [slow] = await fake_telegram.wait_for_messages(USER, 1, timeout=15)
     # The other chat did not wait for the first one's pause: answered well inside it.
-    assert fast.at < slow.at and fast.at - pushed < PAUSE_S - 1.5, (fast.at - pushed)
-    assert slow.at - pushed >= PAUSE_S  # the paused chat got its message after retry_after
+    assert fast.at < slow.at and fast.at - limited.at < PAUSE_S - 1.5, fast.at - limited.at
+    assert slow.at - limited.at >= PAUSE_S  # the paused chat's message came after retry_after
     assert slow.text == "echo: first"
 
 
