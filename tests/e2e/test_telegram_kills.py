@@ -40,6 +40,16 @@ async def start(tmp_path, config: str) -> asyncio.subprocess.Process:
         cwd=str(tmp_path), env=cli_env(tmp_path))
 
 
+async def started(tmp_path, config: str, fake_telegram) -> asyncio.subprocess.Process:
+    """A new process, once it polls: its start-up is over (the database open, recovery
+    begun). A kill timed from the spawn instead lands in start-up on a busy machine, where
+    starting takes seconds, and every one of them might miss the traffic."""
+    polls = len(fake_telegram.calls_to("/deleteWebhook"))
+    proc = await start(tmp_path, config)
+    await fake_telegram.wait_for_call("/deleteWebhook", polls + 1, timeout=120)
+    return proc
+
+
 def rows(db, sql: str, *params) -> list[tuple]:
     with closing(sqlite3.connect(db)) as conn:
         return [tuple(r) for r in conn.execute(sql, params)]
@@ -66,13 +76,13 @@ async def test_twenty_kills_while_ten_chats_talk_lose_and_repeat_nothing(
 
     stop = asyncio.Event()
     talking = asyncio.create_task(talk(stop))
-    proc = await start(tmp_path, config)
+    proc = await started(tmp_path, config, fake_telegram)
     try:
         for _ in range(20):
-            await asyncio.sleep(rng.uniform(2.5, 5.0))  # past start-up, into the traffic
+            await asyncio.sleep(rng.uniform(0.5, 3.0))  # into the traffic
             proc.kill()
             await proc.wait()
-            proc = await start(tmp_path, config)
+            proc = await started(tmp_path, config, fake_telegram)
         stop.set()
         await talking
         total = sum(len(ids) for ids in pushed.values())
