@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from agent.providers.base import Provider
 from agent.tokens import estimate_text
@@ -23,12 +22,6 @@ from storage.base import SessionStore
 from storage.models import InboundRecord, TokenCounts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Estimate(TokenCounts):
-    """A turn's likely size: the session's last prompt and the new text read, the
-    longest reply written."""
 
 
 class SpendGate:
@@ -75,7 +68,8 @@ class SpendGate:
                         ) -> tuple[float, int]:
         session = await self.conversations.live_session(chat_key)
         provider = self.conversations.provider_for(chat_key)
-        guess = _Estimate(
+        # A turn's likely size: the last prompt and the new text read, the longest reply.
+        guess = TokenCounts(
             input_tokens=(session.last_prompt_tokens or 0)
             + sum(estimate_text(r.text) for r in records),
             output_tokens=self.conversations.settings.max_output_tokens)
