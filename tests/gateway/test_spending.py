@@ -23,10 +23,12 @@ CHAT = "telegram:1"
 
 
 class Clock:
-    """Real time, moved on by a test."""
+    """Real time, shifted to today's noon UTC (so that a run near midnight sees the same
+    "resets in N h" as one at any other hour) and moved on by a test."""
 
     def __init__(self) -> None:
-        self.ahead = dt.timedelta()
+        now = utc_now()
+        self.ahead = now.replace(hour=12, minute=0, second=0, microsecond=0) - now
 
     def __call__(self) -> dt.datetime:
         return utc_now() + self.ahead
