@@ -113,6 +113,9 @@ class WorldMixin:
         self.outbox: list[SentMessage] = []
         self.outbox_by_channel: dict[str, list[SentMessage]] = {}  # the same, indexed
         self.deleted: list[str] = []  # ids of deleted messages
+        # (channel id, content) each time a bot write left two of its messages in a channel
+        # showing the same text at once: what a user sees as a duplicate, however brief.
+        self.shown_twice: list[tuple[str, str]] = []
         # What the CDN serves: (channel id, attachment id, file name) -> the file.
         self.cdn: dict[tuple[str, str, str], AttachmentFile] = {}
 
@@ -383,6 +386,9 @@ class WorldMixin:
             payload.get("nonce"))
         self.outbox.append(sent)
         self.outbox_by_channel.setdefault(sent.channel_id, []).append(sent)
+        if sent.content and sum(m["channel_id"] == sent.channel_id and m["content"] == sent.content
+                                and m["author"]["id"] == BOT_ID for m in self.stored.values()) > 1:
+            self.shown_twice.append((sent.channel_id, sent.content))
         if not is_ephemeral(message):
             self._announce(event, self._on_gateway(message))
         await self._notify()
