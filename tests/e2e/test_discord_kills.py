@@ -1,6 +1,6 @@
 """`threadline run` on Discord killed (SIGKILL) at random moments of long replies, sent whole
 and streamed, and started again (issue 33): after the last start every message is
-answered, no part of a reply is posted twice, and nothing half-written stays.
+answered, no part of a reply shows twice at once, and nothing half-written stays.
 
 Each reply is three paragraphs of about 1,700 characters: two would pass Discord's 2,000,
 so every paragraph is a message of its own and a reply is three. Creates are answered late
