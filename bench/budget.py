@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.config.budgets import BudgetsConfig  # noqa: E402
-from gateway.pricing import Price  # noqa: E402
-from gateway.spending import Budgets  # noqa: E402
+from gateway.turns.pricing import Price  # noqa: E402
+from gateway.turns.spending import Budgets  # noqa: E402
 from storage.base import SessionStore  # noqa: E402
 from storage.models import TurnRecord, UsageRecord  # noqa: E402
 

@@ -24,11 +24,12 @@ from agent.agent import AgentSettings  # noqa: E402
 from agent.engines import resolve_engine_factory  # noqa: E402
 from agent.providers.base import Completion, Provider, ProviderSettings  # noqa: E402
 from agent.usage import CanonicalUsage  # noqa: E402
-from gateway.app import Gateway  # noqa: E402
 from gateway.auth import Authorizer  # noqa: E402
 from gateway.config import load_config  # noqa: E402
-from gateway.conversations import Conversations  # noqa: E402
-from gateway.service import tune_collector  # noqa: E402
+from gateway.service.app import Gateway  # noqa: E402
+from gateway.service.run import tune_collector  # noqa: E402
+from gateway.turns.conversations import Conversations  # noqa: E402
+from gateway.wiring import build_gateway  # noqa: E402
 from platforms.base import ChatRef, Chunk, Handler, InboundMessage, PlatformAdapter  # noqa: E402
 from storage.sqlite import SqliteSessionStore  # noqa: E402
 
@@ -92,8 +93,8 @@ async def build(tmp: Path) -> tuple[Gateway, BenchPlatform]:
         system_prompt="You are a benchmark.",
         settings=AgentSettings(max_output_tokens=256, threshold=0.5, target_ratio=0.2,
                                protect_last_n=20, compression_enabled=True))
-    gateway = Gateway(store, conversations, [BenchPlatform], auth=Authorizer(config),
-                      coalesce_ms=config.gateway.coalesce_ms)
+    gateway = build_gateway(store, conversations, [BenchPlatform], auth=Authorizer(config),
+                            coalesce_ms=config.gateway.coalesce_ms)
     await gateway.initialize()
     await gateway.start()
     tune_collector()  # as `threadline run` does once started

@@ -11,11 +11,11 @@ from agent.agent import AgentSettings
 from agent.engines import resolve_engine_factory
 from agent.providers.base import Completion, Provider, ProviderSettings
 from agent.usage import CanonicalUsage
-from gateway.app import Gateway
 from gateway.auth import Authorizer
 from gateway.config import load_config
-from gateway.conversations import Conversations
-from gateway.wiring import build_store
+from gateway.service.app import Gateway
+from gateway.turns.conversations import Conversations
+from gateway.wiring import build_gateway, build_store
 from platforms.base import PlatformFactory
 
 
@@ -45,8 +45,8 @@ async def instant_gateway(tmp: Path, platform: PlatformFactory,
         store, provider=provider, summary_provider=None,
         engine_factory=resolve_engine_factory("compressor", data_dir=tmp),
         system_prompt="You are a benchmark.", settings=AgentSettings(max_output_tokens=256))
-    gateway = Gateway(store, conversations, [platform], auth=Authorizer(config),
-                      coalesce_ms=0, lease_seconds=config.gateway.lease_seconds)
+    gateway = build_gateway(store, conversations, [platform], auth=Authorizer(config),
+                            coalesce_ms=0, lease_seconds=config.gateway.lease_seconds)
     await gateway.initialize()
     await gateway.start()
     return gateway

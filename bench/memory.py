@@ -36,7 +36,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from bench.gateway import BenchPlatform, build  # noqa: E402
-from gateway.app import Gateway  # noqa: E402
+from gateway.service.app import Gateway  # noqa: E402
 
 TARGET_MB = 50.0  # what TARGET_CHATS chats that spoke once may leave behind, at most
 TARGET_CHATS = 10_000
@@ -50,7 +50,7 @@ WATCHED = (  # per-chat containers always shown; any other container that change
     "gateway.conversations._agents",
     "gateway.store._live._by_chat",
     "gateway.outbound.budgets['bench']._next",
-    "gateway.auth._refused_at",
+    "gateway.intake.gates.auth._refused_at",
     "gateway.adapters['bench'].waiters",
 )
 

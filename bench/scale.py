@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gateway import BenchPlatform  # noqa: E402
 from bench.instant import instant_gateway  # noqa: E402
-from gateway.app import Gateway  # noqa: E402
-from gateway.service import tune_collector  # noqa: E402
+from gateway.service.app import Gateway  # noqa: E402
+from gateway.service.run import tune_collector  # noqa: E402
 from tests.harness.postgres import PostgresServer, run_in_fresh_loop  # noqa: E402
 
 CONFIGS = (("sqlite", 1), ("postgresql", 1), ("postgresql", 2), ("postgresql", 3))

@@ -25,7 +25,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from bench.instant import instant_gateway, summary  # noqa: E402
-from gateway.app import Gateway  # noqa: E402
+from gateway.service.app import Gateway  # noqa: E402
 from platforms.base import SendLimits  # noqa: E402
 from platforms.telegram.adapter import TelegramAdapter, TelegramSettings  # noqa: E402
 from tests.harness.fake_telegram import FakeTelegram  # noqa: E402

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp  # noqa: E402
 from aiohttp.test_utils import TestServer  # noqa: E402
 
-from gateway.pricing import Price  # noqa: E402
+from gateway.turns.pricing import Price  # noqa: E402
 from gateway.web.app import build_app  # noqa: E402
 from storage.models import Compaction, NewMessage, TurnRecord, UsageRecord  # noqa: E402
 from storage.sqlite import SqliteSessionStore  # noqa: E402

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from gateway.config import Config
-from platforms.base import InboundMessage
+from platforms.base import InboundMessage, PlatformAdapter
 
 # Asks the message's platform whether its sender administers the chat (an adapter's
 # `check_admin`); by default the adapter's word when the message arrived.
@@ -17,6 +17,15 @@ AdminLookup = Callable[[InboundMessage], Awaitable[bool]]
 async def _hint(msg: InboundMessage) -> bool:
     return msg.is_admin_hint
 
+
+def ask_adapters(adapters: Mapping[str, PlatformAdapter]) -> AdminLookup:
+    """The lookup a running gateway uses: the message's own adapter is asked."""
+    async def lookup(msg: InboundMessage) -> bool:
+        adapter = adapters.get(msg.platform)
+        return await adapter.check_admin(msg) if adapter is not None else msg.is_admin_hint
+    return lookup
+
+
 log = logging.getLogger(__name__)
 
 REFUSAL_INTERVAL_S = 3600.0  # one refusal per chat per hour, then silence
@@ -25,7 +34,7 @@ REFUSAL_INTERVAL_S = 3600.0  # one refusal per chat per hour, then silence
 class Authorizer:
     def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic,
                  lookup: AdminLookup = _hint) -> None:
-        self.lookup = lookup  # the gateway sets it to ask the adapters
+        self.lookup = lookup  # wiring sets it to ask the adapters (ask_adapters)
         gw = config.gateway
         self._open = gw.open
         self._allowed = {p: set(map(str, ids)) for p, ids in gw.allowed_users.model_dump().items()}

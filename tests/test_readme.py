@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from gateway.cli import _parser
+from gateway.cli.dispatch import _parser
 from gateway.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ import jinja2
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.pricing import Price, format_usd
-from gateway.spending import Budgets
+from gateway.turns.pricing import Price, format_usd
+from gateway.turns.spending import Budgets
 from gateway.web.auth import Access, safe_next
 from gateway.web.charts import usage_charts
 from gateway.web.requests import add_headers, query_int, refuse_bad_input
@@ -29,7 +29,7 @@ SESSIONS_PER_PAGE = 50  # a long chain's timeline pages too: each step may hold 
 MESSAGES_PER_PAGE = 200
 STORE = web.AppKey("store", SessionStore)
 PRICES = web.AppKey("prices", dict)
-BUDGETS = web.AppKey("budgets", object)  # gateway.spending.Budgets, or None
+BUDGETS = web.AppKey("budgets", object)  # gateway.turns.spending.Budgets, or None
 BUDGET_CHATS = 50  # the most recently active chats in the budget table
 PAGES = web.AppKey("pages", jinja2.Environment)
 ACCESS = web.AppKey("access", Access)

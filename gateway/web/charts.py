@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pygal
 from pygal.style import CleanStyle
 
-from gateway.pricing import Price, estimate
+from gateway.turns.pricing import Price, estimate
 from gateway.web.timeline import hit_rate
 from storage.models import UsageTotals
 

@@ -11,8 +11,8 @@ import sys
 from aiohttp import web
 
 from gateway.config import Config
-from gateway.resets import utc_now
-from gateway.spending import Budgets
+from gateway.turns.resets import utc_now
+from gateway.turns.spending import Budgets
 from gateway.web.app import build_app
 from gateway.web.auth import token_problem
 from gateway.wiring import build_prices, build_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.pricing import Price, estimate
+from gateway.turns.pricing import Price, estimate
 from storage.models import ChatSummary, SessionRecord, UsageTotals
 
 SORTS = ("last", "messages", "tokens", "cost", "cache", "compactions", "chat")

@@ -23,7 +23,7 @@ from agent.redact import (
     redact_message,
 )
 from agent.redact_screen import _GROUP_CHARS
-from gateway.logs import RedactingFilter
+from gateway.service.logs import RedactingFilter
 from tests.harness.benign_texts import BENIGN
 from tests.harness.secret_forms import FORMS
 

@@ -23,7 +23,7 @@ from agent.errors import plain_error
 from agent.providers.openai_compat import OpenAICompatProvider
 from agent.redact import REDACTED, redact
 from gateway.config import load_config
-from gateway.logs import configure_logging
+from gateway.service.logs import configure_logging
 from tests.harness import FakeOpenAI
 from tests.harness.benign_texts import BENIGN
 from tests.harness.secret_forms import FORMS, Form

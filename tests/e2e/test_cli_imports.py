@@ -28,7 +28,7 @@ main(argv)
 PLATFORM_LIBRARIES = {"telegram", "discord", "aiohttp"}
 PROVIDER_SDKS = {"openai", "anthropic", "llama_cpp", "httpx"}
 ATTACHMENT_READERS = {"pypdf", "PIL"}
-SERVING_CODE = ("gateway.app", "gateway.wiring", "agent.providers", "platforms")
+SERVING_CODE = ("gateway.service.app", "gateway.wiring", "agent.providers", "platforms")
 
 
 async def loaded_by(home: Path, *argv: str) -> tuple[int, str, list[str]]:
@@ -51,7 +51,8 @@ async def test_help_loads_the_standard_library_and_its_own_words_only(tmp_path):
     code, out, modules = await loaded_by(tmp_path, "--help")
     assert code == 0 and "usage: threadline" in out
     # Not the config (pydantic, yaml), not the store: none of it is needed to print help.
-    assert outside_stdlib(modules) <= {"gateway", "gateway.cli", "gateway.cli_help"}
+    assert outside_stdlib(modules) <= {"gateway", "gateway.cli", "gateway.cli.dispatch",
+                                      "gateway.cli.help"}
 
 
 async def test_sessions_list_loads_no_platform_provider_or_serving_code(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from gateway.worker import SKIPPED
+from gateway.turns.worker import SKIPPED
 from tests.harness.base import last_user_text
 from tests.harness.cli import THREADLINE, cli_env
 from tests.harness.discord_bot import discord_platform

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.worker import GENERIC_FAILURE
+from gateway.turns.worker import GENERIC_FAILURE
 from tests.harness.cli import threadline
 from tests.harness.gateway import write_config
 from tests.harness.running import Running, answered

@@ -323,7 +323,7 @@ async def test_no_enabled_platform_is_a_problem_for_run(setup):
 
 
 async def _with_pulse(path: Path, largest_s: float, age_s: float) -> None:
-    from gateway.loopwatch import SETTING, Minute
+    from gateway.service.loopwatch import SETTING, Minute
 
     store = SqliteSessionStore(path)
     await store.initialize()

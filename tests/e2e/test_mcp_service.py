@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.app import DRAIN_TIMEOUT_S
+from gateway.service.app import DRAIN_TIMEOUT_S
 from tests.harness.gateway import telegram_run_config
 from tests.harness.mcp import ASK, alive, asking, group_alive, read_pid, stdio_entry
 from tests.harness.running import USER, Running

@@ -8,7 +8,7 @@ import signal
 import sqlite3
 from contextlib import closing
 
-from gateway.worker import SKIPPED
+from gateway.turns.worker import SKIPPED
 from tests.e2e.test_service import REPO, service_config
 from tests.harness.cli import THREADLINE, cli_env
 from tests.harness.engines import KillsOnMarker, install_plugin

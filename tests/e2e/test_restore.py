@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
-from gateway.runlock import held
+from gateway.service.runlock import held
 from storage.sqlite import SqliteSessionStore, schema
 from tests.harness.cli import threadline
 from tests.harness.gateway import telegram_run_config

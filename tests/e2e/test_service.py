@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from gateway.app import DRAIN_TIMEOUT_S
-from gateway.notify import Notifier
-from gateway.service import EXIT_SECOND_SIGNAL
+from gateway.service.app import DRAIN_TIMEOUT_S
+from gateway.service.notify import Notifier
+from gateway.service.run import EXIT_SECOND_SIGNAL
 from tests.harness.cli import THREADLINE, cli_env
 from tests.harness.engines import install_plugin
 from tests.harness.gateway import write_config

@@ -11,7 +11,7 @@ from contextlib import closing
 
 import pytest
 
-from gateway.worker import SKIPPED
+from gateway.turns.worker import SKIPPED
 from platforms.telegram.format import render
 from tests.harness.cli import THREADLINE, cli_env
 from tests.harness.gateway import write_config

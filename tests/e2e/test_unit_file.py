@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import DRAIN_TIMEOUT_S
 from gateway.config import EXIT_CONFIG
 from gateway.config.models import default_data_dir
-from gateway.service import EXIT_SECOND_SIGNAL
+from gateway.service.app import DRAIN_TIMEOUT_S
+from gateway.service.run import EXIT_SECOND_SIGNAL
 from tests.harness.cli import THREADLINE
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy" / "threadline.service"

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from PIL import Image
 from playwright.async_api import Browser, Page, async_playwright
 
-from gateway.pricing import Price
+from gateway.turns.pricing import Price
 from gateway.web.app import build_app
 from storage.models import TurnRecord, UsageRecord
 from storage.sqlite import SqliteSessionStore

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from gateway.worker import STOPPED
+from gateway.turns.worker import STOPPED
 from tests.harness.gateway import close, config_for, started_gateway
 from tests.harness.hostile_files import pdf_form_fanout
 from tests.harness.platform import RecordingPlatform

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.budget import SendBudget
+from gateway.delivery.budget import SendBudget
 from platforms.base import SendLimits
 
 RATE = 100  # calls a second, bot-wide

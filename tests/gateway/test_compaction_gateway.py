@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.turn_records import new_message
+from gateway.turns.turn_records import new_message
 from gateway.wiring import create_gateway
 from tests.harness.engines import install_plugin
 from tests.harness.fake_openai import FakeOpenAI, openai_error
@@ -224,7 +224,7 @@ async def test_compress_in_a_group_is_admin_only(tmp_path, fake_openai):
 
 async def test_hygiene_compacts_after_switching_to_a_smaller_window(tmp_path, fake_openai,
                                                                    caplog, token_ratio):
-    caplog.set_level(logging.INFO, logger="gateway.compacting")
+    caplog.set_level(logging.INFO, logger="gateway.turns.compacting")
     fake_openai.responder = summarizing_responder
     roomy = config_for(tmp_path, fake_openai.base_url, model={"context_length": 32_000},
                        compression={"protect_last_n": 4})
@@ -250,7 +250,7 @@ async def test_hygiene_compacts_after_switching_to_a_smaller_window(tmp_path, fa
 
 async def test_hygiene_does_not_fire_below_85_percent(tmp_path, fake_openai, caplog,
                                                      token_ratio):
-    caplog.set_level(logging.INFO, logger="gateway.compacting")
+    caplog.set_level(logging.INFO, logger="gateway.turns.compacting")
     config = config_for(tmp_path, fake_openai.base_url, model={"context_length": 32_000})
     platform = RecordingPlatform()
     gw = await started_gateway(config, [platform])

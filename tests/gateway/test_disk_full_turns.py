@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway import outages
-from gateway.app import Gateway
-from gateway.jobs import MessageJob, Running
-from gateway.outages import Outages
-from gateway.worker import GENERIC_FAILURE
+from gateway.service.app import Gateway
+from gateway.turns import outages
+from gateway.turns.jobs import MessageJob, Running
+from gateway.turns.outages import Outages
+from gateway.turns.worker import GENERIC_FAILURE
 from platforms.base import ChatRef
 from storage.errors import StoreUnavailable
 from storage.models import InboundRecord

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from agent.errors import BadRequestError
-from gateway.app import Gateway
-from gateway.resets import utc_now
+from gateway.service.app import Gateway
+from gateway.turns.resets import utc_now
 from gateway.wiring import create_gateway
 from tests.gateway.test_compaction_gateway import chat_calls, seed, summary_calls
 from tests.harness.fake_openai import FakeOpenAI

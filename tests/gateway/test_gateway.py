@@ -266,7 +266,7 @@ async def test_an_edit_of_a_queued_message_replaces_its_text(tmp_path, fake_open
 
 
 async def test_a_new_command_is_one_entry_in_the_table(tmp_path, fake_openai, platform):
-    from gateway.commands import Command, default_commands
+    from gateway.turns.commands import Command, default_commands
     from gateway.wiring import create_gateway
 
     async def ping(call) -> str:

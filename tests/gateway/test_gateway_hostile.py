@@ -9,7 +9,7 @@ from contextlib import closing
 
 import pytest
 
-from gateway.turn_records import new_message
+from gateway.turns.turn_records import new_message
 from tests.harness.engines import install_plugin
 from tests.harness.gateway import (
     after_restart,

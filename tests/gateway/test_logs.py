@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config
-from gateway.logs import ONE_LINE, configure_logging
+from gateway.service.logs import ONE_LINE, configure_logging
 from tests.harness.secret_forms import FORMS
 
 # Fake secrets, assembled so no scanner takes them for live ones.

@@ -9,7 +9,7 @@ import time
 
 import aiohttp
 
-from gateway.loopwatch import SETTING, LoopWatch, Minute
+from gateway.service.loopwatch import SETTING, LoopWatch, Minute
 from tests.gateway.test_metrics import samples, value
 from tests.harness.fixtures import free_port
 from tests.harness.gateway import close, config_for, started_gateway
@@ -29,7 +29,7 @@ async def test_a_stall_is_measured_and_reported_once_its_minute_ends(caplog):
     watch.start()
     try:
         await asyncio.sleep(0.1)
-        with caplog.at_level(logging.INFO, logger="gateway.loopwatch"):
+        with caplog.at_level(logging.INFO, logger="gateway.service.loopwatch"):
             time.sleep(0.4)  # noqa: ASYNC251 - on the loop: the stall being measured
             await asyncio.wait_for(done.wait(), 30)
     finally:
@@ -51,7 +51,7 @@ async def test_a_quiet_loop_reports_small_stalls_and_warns_of_nothing(caplog):
     watch = LoopWatch(report=report, tick_s=0.02, window_s=0.3)
     watch.start()
     try:
-        with caplog.at_level(logging.INFO, logger="gateway.loopwatch"):
+        with caplog.at_level(logging.INFO, logger="gateway.service.loopwatch"):
             await asyncio.wait_for(done.wait(), 30)
     finally:
         await watch.stop()

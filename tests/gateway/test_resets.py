@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.resets import NOTICES, ResetPolicy, utc_now
+from gateway.turns.resets import NOTICES, ResetPolicy, utc_now
 from gateway.wiring import create_gateway
 from storage.sqlite import SqliteSessionStore
 from tests.harness.engines import RemembersEnds, install_plugin

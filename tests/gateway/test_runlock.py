@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gateway.config import load_config
-from gateway.runlock import AlreadyRunning, held, lock_path, run_lock
+from gateway.service.runlock import AlreadyRunning, held, lock_path, run_lock
 from tests.harness.gateway import write_config
 
 

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from gateway.resets import utc_now
+from gateway.turns.resets import utc_now
 from gateway.wiring import create_gateway
 from storage.sqlite import SqliteSessionStore
 from tests.harness.gateway import close, config_for

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway import sessions_cli
-from gateway.pricing import Price, cost, cost_line, estimate
+from gateway.cli import sessions as sessions_cli
+from gateway.turns.pricing import Price, cost, cost_line, estimate
 from storage.models import TokenCounts, UsageRecord, UsageTotals
 from tests.harness.gateway import (
     close,

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.pricing import Price
+from gateway.turns.pricing import Price
 from gateway.web.app import build_app
 from storage.base import SessionStore
 from storage.models import TurnRecord, UsageRecord

@@ -9,8 +9,8 @@ import re
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config.budgets import BudgetsConfig
-from gateway.pricing import Price
-from gateway.spending import Budgets
+from gateway.turns.pricing import Price
+from gateway.turns.spending import Budgets
 from gateway.web.app import build_app
 from storage.models import TurnRecord, UsageRecord
 from storage.sqlite import SqliteSessionStore

@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gateway.app import Gateway
 from gateway.config import Config, load_config
+from gateway.service.app import Gateway
 from gateway.wiring import create_gateway, discord_settings
 from platforms.discord.adapter import DiscordAdapter
 from tests.harness.fake_discord import FakeDiscord

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from gateway.app import Gateway
 from gateway.config import Config, load_config
+from gateway.service.app import Gateway
 from gateway.wiring import create_gateway
 from platforms.base import PlatformFactory
 from tests.harness.platform import RecordingPlatform

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.speakers import label
+from gateway.turns.speakers import label
 
 _LABEL = re.compile(r"^(echo: )?\[[^\]\n]* · [0-9a-f]{4}\]: ")
 

@@ -7,8 +7,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gateway.app import Gateway
 from gateway.config import Config, load_config
+from gateway.service.app import Gateway
 from gateway.wiring import create_gateway, platform_factories
 from tests.harness.fake_telegram import FakeTelegram
 from tests.harness.gateway import write_config

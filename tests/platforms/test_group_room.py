@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.tokens import estimate_text
-from gateway.groups import ROOM_CLOSE, ROOM_OPEN
-from gateway.speakers import label
+from gateway.turns.groups import ROOM_CLOSE, ROOM_OPEN
+from gateway.turns.speakers import label
 from tests.harness.telegram_gateway import telegram_config, telegram_gateway
 from tests.harness.waiting import eventually
 

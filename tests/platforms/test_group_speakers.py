@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.speakers import clean_name, label
+from gateway.turns.speakers import clean_name, label
 from tests.harness.discord_bot import discord_config, discord_gateway
 from tests.harness.fake_discord import BOT_ID
 from tests.harness.gateway import is_summary_request, summarizing_responder

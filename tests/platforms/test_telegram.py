@@ -195,9 +195,9 @@ async def test_a_rate_limited_chat_waits_while_other_chats_flow(tmp_path, fake_o
 
 async def test_typing_refreshes_never_hold_back_a_send(tmp_path, fake_openai, fake_telegram,
                                                        monkeypatch):
-    import gateway.outbound
+    import gateway.delivery.outbound
 
-    monkeypatch.setattr(gateway.outbound, "TYPING_REFRESH_S", 0.05)  # 60 refreshes in 3 s
+    monkeypatch.setattr(gateway.delivery.outbound, "TYPING_REFRESH_S", 0.05)  # 60 refreshes in 3 s
     config = telegram_config(tmp_path, fake_telegram, fake_openai.base_url)
     async with telegram_gateway(config):
         fake_openai.delay_next(3.0)

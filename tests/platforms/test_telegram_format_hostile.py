@@ -10,7 +10,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.rendering import Renderer
+from gateway.delivery.rendering import Renderer
 from platforms.base import ChatRef, Chunk, PlatformAdapter
 from platforms.telegram.format import render
 from tests.harness import jobs

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.errors import ProviderUnavailableError
-from gateway.streaming import STOPPED_MARK
+from gateway.delivery.streaming import STOPPED_MARK
 from platforms.telegram.format import render
 from tests.harness.telegram_gateway import telegram_config, telegram_gateway
 from tests.harness.waiting import eventually

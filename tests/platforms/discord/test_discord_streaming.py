@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.errors import ProviderUnavailableError
-from gateway.streaming import STOPPED_MARK
+from gateway.delivery.streaming import STOPPED_MARK
 from platforms.discord.adapter import DISCORD_LIMIT
 from platforms.text import split_message, utf16_len
 from tests.harness.base import tool_call_reply

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.logs import configure_logging
+from gateway.service.logs import configure_logging
 from tests.harness.discord_bot import discord_config, discord_gateway
 from tests.harness.fake_discord import BOT_ID, FakeDiscord
 from tests.harness.speakers import unlabelled

@@ -1,0 +1,71 @@
+"""What a restart finds left to do, and rows another process left: routed again in
+order, with chats whose turn was cut short held back (docs/architecture.md, "Poison
+messages")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from gateway.inbound.invocation import Invocation, parse_command
+from gateway.turns.jobs import HoldJob, MessageJob, message_of, recovery_jobs
+from gateway.turns.router import ChatRouter
+from platforms.base import InboundMessage
+from storage.models import InboundRecord
+
+
+class Recovering:
+    """Mixed into Intake: its router, its `_route` and its background tasks."""
+
+    router: ChatRouter
+    tasks: list[asyncio.Task[None]]
+
+    async def _route(self, msg: InboundMessage, record: InboundRecord,
+                     command: Invocation | None) -> Awaitable[object] | None:
+        raise NotImplementedError
+
+    async def adopt(self, record: InboundRecord) -> None:
+        """A pending ledger row another process stored or left: routed as if received."""
+        await self._routed(message_of(record), record)
+
+    async def _routed(self, msg: InboundMessage, record: InboundRecord) -> None:
+        """Route a stored row and wait for what is said about it (recovery, adoption)."""
+        command = parse_command(record.text) if msg.may_command else None
+        after = await self._route(msg, record, command)
+        if after is not None:
+            await after
+
+    async def recover(self, rows: list[InboundRecord]) -> None:
+        """Finish what was stored but never answered or delivered before a stop or crash.
+
+        Stored replies the platform never took are sent (their missing chunks); messages
+        are answered again; commands run again as commands, never as text for the model.
+        A message whose turn was cut short may be what killed the process: its chat waits
+        until everything else recovered here is done, and such chats then run one at a
+        time, so a poison message cannot take other chats down with it again
+        (docs/architecture.md, "Poison messages").
+        """
+        work = list(recovery_jobs(rows))
+        held: dict[str, asyncio.Event] = {}  # chats with a turn cut short, in order
+        for chat_key, job in work:
+            if isinstance(job, MessageJob) and chat_key not in held:
+                held[chat_key] = asyncio.Event()
+                self.router.submit(chat_key, HoldJob(held[chat_key]))  # all of it waits
+        for chat_key, job in work:
+            if isinstance(job, tuple):  # a pending inbound message: route it like new
+                await self._routed(*job)
+            else:
+                self.router.submit(chat_key, job)
+        if held:
+            others = {key for key, _ in work} - held.keys()
+            task = asyncio.create_task(self._release_one_by_one(held, others),
+                                       name="rerun-cut-short")
+            self.tasks.append(task)  # cancelled when the gateway stops
+
+    async def _release_one_by_one(self, held: dict[str, asyncio.Event], others: set[str]
+                                  ) -> None:
+        for chat_key in others:
+            await self.router.wait_idle(chat_key)
+        for chat_key, release in held.items():
+            release.set()
+            await self.router.wait_idle(chat_key)
