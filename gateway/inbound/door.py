@@ -1,5 +1,4 @@
-"""The door every message comes in by: the handler adapters are built with, and where
-the cluster hands rows that another process stored.
+"""The door every message comes in by: the handler adapters are built with.
 
 Adapters have to exist before the parts that send through them, and the intake is one
 of those parts, so the door is made first and opened onto the intake once it exists
@@ -9,7 +8,6 @@ from __future__ import annotations
 
 from gateway.inbound.intake import Intake
 from platforms.base import InboundMessage
-from storage.models import InboundRecord
 
 
 class Door:
@@ -27,7 +25,3 @@ class Door:
     async def handle(self, msg: InboundMessage) -> bool:
         """The adapters' handler (Intake.handle)."""
         return await self._inside().handle(msg)
-
-    async def adopt(self, record: InboundRecord) -> None:
-        """A row another process stored, routed as if received here (Intake.adopt)."""
-        await self._inside().adopt(record)

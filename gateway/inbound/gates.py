@@ -1,6 +1,6 @@
-"""The checks a message passes before it is stored and routed: is it for us at all, may
-its sender talk to the bot, and can it be answered (not empty, not too long, not only
-attachments that are declined by what they are)."""
+"""The checks a message passes before it is stored: is it for us at all (not a bot, not
+a command for another bot, not unaddressed group chatter), and may its sender talk to the
+bot. Whether it can be answered once stored is asked by routing (turns/routing.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from collections.abc import Mapping
 
 from gateway.auth import Authorizer
 from gateway.delivery.outbound import Outbound
-from gateway.inbound.invocation import Invocation
-from gateway.turns.attachments import AttachmentReader
+from gateway.turns.commands import Invocation
 from gateway.turns.conversations import Conversations
 from platforms.base import InboundMessage, PlatformAdapter
 from platforms.text import visible
@@ -20,13 +19,11 @@ log = logging.getLogger(__name__)
 
 class Gates:
     def __init__(self, adapters: Mapping[str, PlatformAdapter], auth: Authorizer,
-                 conversations: Conversations, outbound: Outbound,
-                 reader: AttachmentReader) -> None:
+                 conversations: Conversations, outbound: Outbound) -> None:
         self.adapters = adapters
         self.auth = auth
         self.conversations = conversations
         self.outbound = outbound
-        self.reader = reader
 
     def addressed(self, msg: InboundMessage, command: Invocation | None) -> bool:
         """Whether the message is for us at all; everything else is ignored unanswered."""
@@ -46,7 +43,7 @@ class Gates:
 
     def says_nothing(self, msg: InboundMessage) -> bool:
         """A group message with nothing visible (only zero-width characters, say) is
-        ignored; in a private chat it gets the short "empty" answer (`unreadable`)."""
+        ignored; in a private chat it gets the short "empty" answer (Routing.unreadable)."""
         if not msg.is_group or msg.attachments or visible(msg.text):
             return False
         log.info("ignoring message %s in %s: nothing visible in it", msg.message_id,
@@ -68,12 +65,3 @@ class Gates:
         if refusal:
             await self.outbound.send(msg.chat, refusal, msg.message_id, private=True)
         await self.outbound.delivered(msg.chat, (msg.message_id,))
-
-    def unreadable(self, msg: InboundMessage) -> str | None:
-        """Why a message cannot be answered, in one sentence to its sender; None: it can."""
-        refusal = self.reader.refusal(msg)  # attachments all declined, by what they are
-        if refusal:
-            return refusal
-        if not visible(msg.text) and not msg.attachments:
-            return "That message was empty."
-        return self.conversations.too_long(msg.text)

@@ -1,4 +1,4 @@
-"""Taking a message in: gated, stored in the ledger and routed to its chat's queue, each
+"""Taking a message in: gated, stored in the ledger and handed to routing (turns/), each
 chat's messages one after another in the order the adapter handed them over. What is
 said about a message (a command's answer, a refusal) follows in a task, in the chat's
 order, so `handle` returns as soon as the message is safe (docs/architecture.md, "A turn")."""
@@ -11,39 +11,24 @@ from collections.abc import Awaitable
 
 from gateway.delivery.outbound import Outbound
 from gateway.inbound.gates import Gates
-from gateway.inbound.invocation import Invocation, parse_command
 from gateway.inbound.ledger import Ledger, NotStored
-from gateway.inbound.recovery import Recovering
-from gateway.turns.cluster import Cluster
-from gateway.turns.commands import CommandTable
-from gateway.turns.jobs import CommandJob, Job, MessageJob
-from gateway.turns.router import ChatRouter
-from gateway.turns.worker import GENERIC_FAILURE, ChatWorker
+from gateway.turns.commands import parse_command
+from gateway.turns.routing import Routing
+from gateway.turns.worker import GENERIC_FAILURE
 from platforms.base import InboundMessage
-from storage.base import SessionStore
 from storage.errors import StoreUnavailable
-from storage.models import InboundRecord
 
 log = logging.getLogger(__name__)
 
 
-class Intake(Recovering):
-    """New messages enter through `handle`; rows stored earlier are routed again the same
-    way (recovery.py)."""
-
-    def __init__(self, store: SessionStore, outbound: Outbound, *, gates: Gates,
-                 ledger: Ledger, commands: CommandTable, worker: ChatWorker,
-                 router: ChatRouter, cluster: Cluster | None, running: asyncio.Event) -> None:
-        self.store = store
+class Intake:
+    def __init__(self, outbound: Outbound, *, gates: Gates, ledger: Ledger, routing: Routing,
+                 running: asyncio.Event) -> None:
         self.outbound = outbound
         self.gates = gates
         self.ledger = ledger
-        self.commands = commands
-        self.worker = worker
-        self.router = router
-        self.cluster = cluster  # several processes: chat leases decide who answers
+        self.routing = routing
         self.running = running  # set while the gateway runs (service/app.py)
-        self.tasks: list[asyncio.Task[None]] = []  # recovery's own; cancelled by close()
         # Messages being handled right now (an immediate command answers inside handle(),
         # outside the router): a stop lets them finish too before adapters close.
         self._handling = 0
@@ -58,11 +43,6 @@ class Intake(Recovering):
         self._answering: dict[str, asyncio.Task[None]] = {}
 
     # --- the gateway's stop ---------------------------------------------------------------
-    def close(self) -> None:
-        """Stop recovery's background work (the chats held back one by one)."""
-        for task in self.tasks:
-            task.cancel()
-
     async def settle(self, within: float) -> None:
         """Wait until no message is being handled, at most `within` seconds."""
         try:
@@ -164,40 +144,4 @@ class Intake(Recovering):
             log.info("message %s in %s arrived while stopping: stored, answered after the "
                      "restart", msg.message_id, msg.chat_key)
             return None
-        return await self._route(msg, record, command)
-
-    # --- routing -------------------------------------------------------------------------
-    async def _route(self, msg: InboundMessage, record: InboundRecord,
-                     command: Invocation | None) -> Awaitable[object] | None:
-        """A stored inbound message: a command, a refusal, or a job for the chat's worker.
-        Returns what remains to be said (an immediate command's answer, a refusal)."""
-        if command is not None:
-            return await self._command(msg, record, command)
-        refusal = self.gates.unreadable(msg)
-        if refusal:
-            await self.store.finish_inbound([record.id], "failed")
-            return self.outbound.answer(msg.chat, refusal, msg.message_id)
-        await self._enqueue(msg.chat_key, MessageJob(msg.chat, record))
-        return None
-
-    async def _command(self, msg: InboundMessage, record: InboundRecord,
-                       invocation: Invocation) -> Awaitable[object] | None:
-        """Session-changing commands queue behind the chat's turns; the rest answer now
-        (the answer is returned, to be awaited after the message is accepted)."""
-        command = self.commands.find(invocation.name)
-        # In the chat's order, whoever sent it (an unknown command is answered in order
-        # too); whether the sender may run it is asked there, by the worker, so an admin
-        # lookup never lets the next message overtake this one.
-        if command is None or command.serial:
-            name = command.name if command is not None else invocation.name
-            await self._enqueue(msg.chat_key, CommandJob(msg, record, name, invocation.args))
-            return None
-        return self.worker.run_command(msg, record, invocation.name, invocation.args,
-                                       chat=self.router.running(msg.chat_key))
-
-    async def _enqueue(self, chat_key: str, job: Job) -> None:
-        """To this chat's worker, here, or (sharing a database) to whoever holds the chat."""
-        if self.cluster is None:
-            self.router.submit(chat_key, job)
-        else:
-            await self.cluster.enqueue(chat_key, job)
+        return await self.routing.route(msg, record, command)

@@ -8,8 +8,8 @@ import logging
 from collections.abc import Awaitable, Mapping
 
 from gateway.delivery.outbound import Outbound
-from gateway.inbound.gates import Gates
 from gateway.turns.jobs import extra_of
+from gateway.turns.routing import Routing
 from gateway.turns.worker import GENERIC_FAILURE
 from platforms.base import InboundMessage, PlatformAdapter
 from storage.base import SessionStore
@@ -25,11 +25,11 @@ class NotStored(Exception):
 
 class Ledger:
     def __init__(self, store: SessionStore, adapters: Mapping[str, PlatformAdapter],
-                 outbound: Outbound, gates: Gates) -> None:
+                 outbound: Outbound, routing: Routing) -> None:
         self.store = store
         self.adapters = adapters
         self.outbound = outbound
-        self.gates = gates
+        self.routing = routing  # whether an edit could be answered, by the same rules
 
     async def ingest(self, msg: InboundMessage) -> InboundRecord | None:
         """The message's new ledger row; None when it was stored before (redelivered).
@@ -71,7 +71,7 @@ class Ledger:
             status = found.status if found else "unknown"
             log.info("edit of %s in %s (%s): ignored", msg.message_id, msg.chat_key, status)
             return None
-        refusal = self.gates.unreadable(msg)
+        refusal = self.routing.unreadable(msg)
         if refusal:
             log.info("edit of %s in %s refused: %s", msg.message_id, msg.chat_key, refusal)
             return self.outbound.send(msg.chat, f"{refusal} I kept the message as it was "

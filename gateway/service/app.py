@@ -1,6 +1,6 @@
 """The gateway: the lifecycle of its parts, each built elsewhere (gateway/wiring/) and
 handed in. A message's path does not run through here: adapters hand it to the intake
-(inbound/), which queues it for its chat's worker (turns/), which sends the reply
+(inbound/), which has it routed to its chat's worker (turns/), which sends the reply
 (delivery/)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gateway.service.loopwatch import LoopWatch, Minute
 from gateway.turns.attachments import AttachmentReader
 from gateway.turns.cluster import Cluster
 from gateway.turns.conversations import Conversations
+from gateway.turns.recovery import Recovery
 from gateway.turns.resets import Resets
 from gateway.turns.router import ChatRouter
 from platforms.base import PlatformAdapter
@@ -42,7 +43,7 @@ class Gateway:
 
     def __init__(self, store: SessionStore, conversations: Conversations,
                  adapters: Mapping[str, PlatformAdapter], *, intake: Intake,
-                 router: ChatRouter, outbound: Outbound, reader: AttachmentReader,
+                 router: ChatRouter, recovery: Recovery, outbound: Outbound, reader: AttachmentReader,
                  resets: Resets, connections: Connections, loop: LoopWatch,
                  cluster: Cluster | None, metrics: Metrics,
                  running: asyncio.Event, metrics_at: tuple[str, int] | None = None) -> None:
@@ -51,6 +52,7 @@ class Gateway:
         self.adapters = adapters
         self.intake = intake
         self.router = router
+        self.recovery = recovery
         self.outbound = outbound
         self.reader = reader
         self.resets = resets
@@ -111,7 +113,7 @@ class Gateway:
         await self.loop.stop()
         if self.cluster is not None:
             await self.cluster.stop()
-        self.intake.close()
+        self.recovery.stop()
         await self.connections.stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_timeout

@@ -1,13 +1,13 @@
 """Chat commands: one table of name → handler, who may run it, and when it runs.
 
 Adding a command is one `Command(...)` entry in `BUILTIN`: /help, the platforms' command
-menus, access checks and ordering all follow from it. Reading `/name@bot args` out of a
-message is inbound/invocation.py. A command never reaches the
-model (/compress asks the summary model, through the context engine).
+menus, access checks and ordering all follow from it. A command never reaches the model
+(/compress asks the summary model, through the context engine).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar
@@ -23,6 +23,25 @@ from storage.models import UsageTotals
 
 T = TypeVar("T")
 Access = Literal["allowed", "manage"]  # manage: the user in a DM, admins in a group
+
+_COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@(\w+))?(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A message that is a command: `/name@bot args`."""
+
+    name: str
+    args: str
+    bot: str | None = None
+
+
+def parse_command(text: str) -> Invocation | None:
+    """`/cmd`, `/cmd@bot args`, any case; text like `/usr/bin` is not a command."""
+    match = _COMMAND.match(text.strip())
+    if not match:
+        return None
+    return Invocation(match.group(1).lower(), (match.group(3) or "").strip(), match.group(2))
 
 
 class Refusal(str):

@@ -3,9 +3,10 @@ meets them: the door and the adapters, delivery, the turns, the intake; then wha
 around them (the connections, the loop watch) and the Gateway that starts and stops them.
 
 A few parts need one built after them; those links are made here, by name, once both
-exist: the door opens onto the intake, resets ask the router whether a chat is busy, the
-worker learns the loop's pulse and which platforms are down, and with several processes
-the worker and previews ask the cluster whether a chat is still theirs."""
+exist: the door opens onto the intake, resets ask the router whether a chat is busy,
+routing hands jobs to the cluster (which adopts rows through routing), the worker learns
+the loop's pulse and which platforms are down, and with several processes the worker and
+previews ask the cluster whether a chat is still theirs."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ from gateway.turns.attachments import AttachmentReader, ReaderSettings
 from gateway.turns.cluster import Cluster
 from gateway.turns.commands import CommandTable, default_commands
 from gateway.turns.conversations import Conversations
+from gateway.turns.recovery import Recovery
 from gateway.turns.resets import Clock, ResetPolicy, Resets, utc_now
 from gateway.turns.router import ChatRouter
+from gateway.turns.routing import Routing
 from gateway.turns.worker import ChatWorker
 from gateway.wiring.conversations import build_conversations, build_transcriber
 from gateway.wiring.settings import reader_settings
@@ -92,28 +95,31 @@ def build_gateway(store: SessionStore, conversations: Conversations,
                         live, reader)
     router = ChatRouter(worker.process, coalesce_ms=coalesce_ms)
     resetting.busy = lambda key: router.running(key) is not None
+    routing = Routing(store, outbound, conversations=conversations, reader=reader,
+                      commands=commands, worker=worker, router=router)
     # Several processes on one database: chat leases decide who answers (cluster.py).
     cluster = None if store.coordination is None else Cluster(
         store.coordination, open_rows=store.open_inbound, submit=router.submit,
-        busy=router.busy, adopt=door.adopt, ttl=lease_seconds, moved=conversations.moved)
+        busy=router.busy, adopt=routing.adopt, ttl=lease_seconds, moved=conversations.moved)
+    routing.cluster = cluster
     running = asyncio.Event()  # set while the gateway runs
-    gates = Gates(adapters, auth, conversations, outbound, reader)
-    intake = Intake(store, outbound, gates=gates, ledger=Ledger(store, adapters, outbound, gates),
-                    commands=commands, worker=worker, router=router, cluster=cluster,
+    intake = Intake(outbound, gates=Gates(adapters, auth, conversations, outbound),
+                    ledger=Ledger(store, adapters, outbound, routing), routing=routing,
                     running=running)
     door.open(intake)
+    recovery = Recovery(router, routing)
     loop = LoopWatch(observe=metrics.loop_lag.observe)  # reports to Gateway.record_lag
     worker.pulse = loop.worst_recent
     _watch(metrics, router, adapters, reader, outbound, cluster)
     connections = Connections(adapters, store, menu=commands.menu, metrics=metrics,
-                              cluster=cluster, recover=intake.recover, running=running.is_set)
+                              cluster=cluster, recover=recovery.recover, running=running.is_set)
     worker.platforms_down = connections.describe
     if cluster is not None:  # the worker and previews ask whether the chat is still ours
         store.fence(cluster.holder)
         worker.may_act = live.may_act = cluster.may_act
         worker.forfeit = cluster.forfeit
     return Gateway(store, conversations, adapters, intake=intake, router=router,
-                   outbound=outbound, reader=reader, resets=resetting,
+                   recovery=recovery, outbound=outbound, reader=reader, resets=resetting,
                    connections=connections, loop=loop, cluster=cluster, metrics=metrics,
                    running=running, metrics_at=metrics_at)
 

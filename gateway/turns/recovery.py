@@ -1,39 +1,26 @@
-"""What a restart finds left to do, and rows another process left: routed again in
-order, with chats whose turn was cut short held back (docs/architecture.md, "Poison
-messages")."""
+"""What a restart finds left to do: routed again in order, with chats whose turn was cut
+short held back (docs/architecture.md, "Poison messages")."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 
-from gateway.inbound.invocation import Invocation, parse_command
-from gateway.turns.jobs import HoldJob, MessageJob, message_of, recovery_jobs
+from gateway.turns.jobs import HoldJob, MessageJob, recovery_jobs
 from gateway.turns.router import ChatRouter
-from platforms.base import InboundMessage
+from gateway.turns.routing import Routing
 from storage.models import InboundRecord
 
 
-class Recovering:
-    """Mixed into Intake: its router, its `_route` and its background tasks."""
+class Recovery:
+    def __init__(self, router: ChatRouter, routing: Routing) -> None:
+        self.router = router
+        self.routing = routing
+        self._tasks: list[asyncio.Task[None]] = []
 
-    router: ChatRouter
-    tasks: list[asyncio.Task[None]]
-
-    async def _route(self, msg: InboundMessage, record: InboundRecord,
-                     command: Invocation | None) -> Awaitable[object] | None:
-        raise NotImplementedError
-
-    async def adopt(self, record: InboundRecord) -> None:
-        """A pending ledger row another process stored or left: routed as if received."""
-        await self._routed(message_of(record), record)
-
-    async def _routed(self, msg: InboundMessage, record: InboundRecord) -> None:
-        """Route a stored row and wait for what is said about it (recovery, adoption)."""
-        command = parse_command(record.text) if msg.may_command else None
-        after = await self._route(msg, record, command)
-        if after is not None:
-            await after
+    def stop(self) -> None:
+        """Stop releasing held-back chats (the gateway is stopping)."""
+        for task in self._tasks:
+            task.cancel()
 
     async def recover(self, rows: list[InboundRecord]) -> None:
         """Finish what was stored but never answered or delivered before a stop or crash.
@@ -53,14 +40,13 @@ class Recovering:
                 self.router.submit(chat_key, HoldJob(held[chat_key]))  # all of it waits
         for chat_key, job in work:
             if isinstance(job, tuple):  # a pending inbound message: route it like new
-                await self._routed(*job)
+                await self.routing.routed(*job)
             else:
                 self.router.submit(chat_key, job)
         if held:
             others = {key for key, _ in work} - held.keys()
-            task = asyncio.create_task(self._release_one_by_one(held, others),
-                                       name="rerun-cut-short")
-            self.tasks.append(task)  # cancelled when the gateway stops
+            self._tasks.append(asyncio.create_task(self._release_one_by_one(held, others),
+                                                   name="rerun-cut-short"))
 
     async def _release_one_by_one(self, held: dict[str, asyncio.Event], others: set[str]
                                   ) -> None:
