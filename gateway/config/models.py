@@ -80,7 +80,7 @@ class ModelPrice(Section):
     input: Usd
     output: Usd
     # Omitted: input x 0.1 for cache reads and input x 1.25 for cache writes, Anthropic's
-    # published ratios (5-minute cache); applied in gateway/pricing.py.
+    # published ratios (5-minute cache); applied in gateway/turns/pricing.py.
     cache_read: Usd | None = None
     cache_write: Usd | None = None
 

@@ -1,6 +1,6 @@
 """Everything the gateway says to a platform, on one paced path per chat.
 
-Every send goes through the platform's budget (gateway/budget.py). A reply is delivered
+Every send goes through the platform's budget (gateway/delivery/budget.py). A reply is delivered
 durably: its chunks were recorded with the turn, each is marked sent with the platform's
 message id, and what a crash cut short is finished on restart, chunk by chunk (see
 docs/architecture.md, "Sending").

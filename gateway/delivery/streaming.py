@@ -255,7 +255,7 @@ class Streaming:
         self.metrics = metrics
         self.renderer = renderer
         self.store = store
-        # With several processes: whether the chat's lease surely holds (cluster.py).
+        # With several processes: whether the chat's lease surely holds (turns/cluster.py).
         self.may_act: Callable[[str], bool] = lambda chat_key: True
 
     def open(self, chat: ChatRef, reply_to: str | None, draft_id: int) -> LiveReply | None:

@@ -2,7 +2,7 @@
 
 Under systemd (`Type=notify`) the loop also tells the service manager how it is doing:
 `READY=1` once the platforms are up, `STATUS=` lines, `STOPPING=1` when a stop begins and
-watchdog pings for the whole run (gateway/notify.py). Outside systemd that is all silent.
+watchdog pings for the whole run (gateway/service/notify.py). Outside systemd that is all silent.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class Compacting:
-    """Part of Conversations (gateway/conversations.py), which provides the store, the
+    """Part of Conversations (gateway/turns/conversations.py), which provides the store, the
     metrics and the agents (`agent_for`, `forget`, `_remember`, `live_session`), and
     prices usage (`book`)."""
 

@@ -52,7 +52,7 @@ class ResendJob:
 @dataclass
 class HoldJob:
     """Holds a chat's queue until released: after a restart, a chat whose turn was cut
-    short waits until other chats were served (gateway/app.py, `_recover`)."""
+    short waits until other chats were served (gateway/turns/recovery.py)."""
 
     release: asyncio.Event
     arrived: float = field(default_factory=time.monotonic)

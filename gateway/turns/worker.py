@@ -69,7 +69,7 @@ class ChatWorker(Outages):
         self.pulse: Callable[[], float] | None = None  # the loop's worst stall, for /status
         self.spending = SpendGate(conversations.budgets, conversations, auth, store,
                                   outbound) if conversations.budgets else None  # budgets
-        self.platforms_down: Callable[[], list[str]] = list  # for /status (connections.py)
+        self.platforms_down: Callable[[], list[str]] = list  # for /status (service/connections.py)
         # With several processes: only while its lease surely holds (cluster.py).
         self.may_act: Callable[[str], bool] = lambda chat_key: True
         self.forfeit: Callable[[str, Callable[[], Awaitable[None]] | None], None] = \

@@ -2,7 +2,7 @@
 
 SQLite rolls a write that found no room back whole, so nothing was done and the same call
 works once space is freed: that is StoreUnavailable, which the gateway waits out with the
-messages kept open (gateway/outages.py), not a plain StoreError, which it answers with an
+messages kept open (gateway/turns/outages.py), not a plain StoreError, which it answers with an
 apology. SQLite says SQLITE_FULL when the disk refused a write (ENOSPC, or a short write).
 A quota (EDQUOT) or growing the -shm file comes back as an I/O error instead, which counts
 as a full disk only when the database's filesystem really refuses room now.

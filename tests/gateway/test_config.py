@@ -259,7 +259,7 @@ def test_prices_by_model_with_cache_prices_optional(tmp_path: Path) -> None:
     prices = load_config(write(tmp_path, text), env={}).prices
     assert prices["claude-sonnet-4-5"].cache_write == 3.75
     mini = prices["gpt-4.1-mini"]
-    # Left out, not guessed here: gateway/pricing.py applies the default ratios.
+    # Left out, not guessed here: gateway/turns/pricing.py applies the default ratios.
     assert (mini.input, mini.output, mini.cache_read, mini.cache_write) == (0.4, 1.6, None, None)
     assert load_config(write(tmp_path, "prices:\n"), env={}).prices == {}
     assert load_config(EXAMPLE, env=EXAMPLE_ENV).prices == {}

@@ -1,5 +1,5 @@
 """The gateway's pulse: a stalled event loop is measured, logged, shown to admins in
-/status, exported as metrics and kept for `threadline doctor` (gateway/loopwatch.py)."""
+/status, exported as metrics and kept for `threadline doctor` (gateway/service/loopwatch.py)."""
 
 from __future__ import annotations
 

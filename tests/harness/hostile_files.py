@@ -276,7 +276,7 @@ MAX_TEXT_CHARS = 100_000  # attachments.max_text_chars by default
 
 
 def read_as_gateway(data: bytes, name: str) -> str:
-    """What the gateway makes of a file (gateway/attachments.py, `_read_one`), in words."""
+    """What the gateway makes of a file (gateway/turns/attachments.py, `_read_one`), in words."""
     from agent.attachments.read import Unreadable, model_image, read_text, sniff
 
     try:

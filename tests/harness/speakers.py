@@ -1,4 +1,4 @@
-"""Group messages reach the model labelled with their sender (gateway/speakers.py); the
+"""Group messages reach the model labelled with their sender (gateway/turns/speakers.py); the
 fake model echoes what it got. These read an echo as the words alone, or name the label."""
 
 from __future__ import annotations
