@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class Intake:
+    """The adapters' handler behind the door (`handle`), and what a stop waits for."""
+
     def __init__(self, outbound: Outbound, *, gates: Gates, ledger: Ledger, routing: Routing,
                  running: asyncio.Event) -> None:
         self.outbound = outbound
