@@ -9,6 +9,7 @@ process's rows, so every way in meets the same rules."""
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from gateway.delivery.outbound import Outbound
 from gateway.turns.attachments import AttachmentReader
@@ -24,20 +25,18 @@ from storage.base import SessionStore
 from storage.models import InboundRecord
 
 
+@dataclass(eq=False, kw_only=True)
 class Routing:
-    def __init__(self, store: SessionStore, outbound: Outbound, *,
-                 conversations: Conversations, reader: AttachmentReader,
-                 commands: CommandTable, worker: ChatWorker, router: ChatRouter) -> None:
-        self.store = store
-        self.outbound = outbound
-        self.conversations = conversations
-        self.reader = reader
-        self.commands = commands
-        self.worker = worker
-        self.router = router
-        # Several processes on one database: chat leases decide who answers. Set by
-        # wiring once built, since the cluster adopts rows through this routing.
-        self.cluster: Cluster | None = None
+    store: SessionStore
+    outbound: Outbound
+    conversations: Conversations
+    reader: AttachmentReader
+    commands: CommandTable
+    worker: ChatWorker
+    router: ChatRouter
+    # Several processes on one database: chat leases decide who answers. Set by wiring
+    # once built, since the cluster adopts rows through this routing.
+    cluster: Cluster | None = None
 
     def unreadable(self, msg: InboundMessage) -> str | None:
         """Why a message cannot be answered, in one sentence to its sender; None: it can."""

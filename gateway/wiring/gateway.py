@@ -95,8 +95,8 @@ def build_gateway(store: SessionStore, conversations: Conversations,
                         live, reader)
     router = ChatRouter(worker.process, coalesce_ms=coalesce_ms)
     resetting.busy = lambda key: router.running(key) is not None
-    routing = Routing(store, outbound, conversations=conversations, reader=reader,
-                      commands=commands, worker=worker, router=router)
+    routing = Routing(store=store, outbound=outbound, conversations=conversations,
+                      reader=reader, commands=commands, worker=worker, router=router)
     # Several processes on one database: chat leases decide who answers (cluster.py).
     cluster = None if store.coordination is None else Cluster(
         store.coordination, open_rows=store.open_inbound, submit=router.submit,
