@@ -10,7 +10,6 @@ and made again (LISTEN included) whenever it is lost.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
@@ -111,8 +110,15 @@ class PostgresCoordination(Coordination):
                 except _LOST as exc:
                     log.debug("cluster: listening again failed (%s); next try in %.1f s",
                               scrub(str(exc), self._store.url), pause)
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, LONGEST_PAUSE_S)
+                except Exception as exc:  # noqa: BLE001 - a driver's surprise must not deafen us
+                    # asyncpg raises its own internal errors (and plain ones) when a server
+                    # answers out of turn, e.g. while shutting down: this task ending would
+                    # leave the process deaf to notices until it stops.
+                    log.warning("cluster: listening again failed unexpectedly (%s: %s); next "
+                                "try in %.1f s", type(exc).__name__,
+                                scrub(str(exc), self._store.url), pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, LONGEST_PAUSE_S)
             log.info("cluster: listening for notices again")
             reconnected()
 
@@ -129,7 +135,7 @@ class PostgresCoordination(Coordination):
             try:
                 if listener is not None:
                     await listener.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
-            except _LOST:
+            except Exception:  # noqa: BLE001 - whatever failed, the connection is done
                 if listener is not None:
                     listener.terminate()
                 return
@@ -138,8 +144,13 @@ class PostgresCoordination(Coordination):
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await keeper
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - stopping goes on whatever it was
+                log.warning("cluster: the notice listener had failed: %s: %s",
+                            type(exc).__name__, scrub(str(exc), self._store.url))
         listener, self._listener = self._listener, None
         if listener is not None:
             try:
