@@ -107,16 +107,13 @@ class PostgresCoordination(Coordination):
                 try:
                     await self._connect(callback)
                     break
-                except _LOST as exc:
-                    log.debug("cluster: listening again failed (%s); next try in %.1f s",
-                              scrub(str(exc), self._store.url), pause)
                 except Exception as exc:  # noqa: BLE001 - a driver's surprise must not deafen us
-                    # asyncpg raises its own internal errors (and plain ones) when a server
-                    # answers out of turn, e.g. while shutting down: this task ending would
-                    # leave the process deaf to notices until it stops.
-                    log.warning("cluster: listening again failed unexpectedly (%s: %s); next "
-                                "try in %.1f s", type(exc).__name__,
-                                scrub(str(exc), self._store.url), pause)
+                    # Besides lost connections, asyncpg raises errors of its own when a
+                    # server answers out of turn (e.g. while shutting down): this task
+                    # ending would leave the process deaf to notices until it stops.
+                    log.log(logging.DEBUG if isinstance(exc, _LOST) else logging.WARNING,
+                            "cluster: listening again failed (%s: %s); next try in %.1f s",
+                            type(exc).__name__, scrub(str(exc), self._store.url), pause)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, LONGEST_PAUSE_S)
             log.info("cluster: listening for notices again")
