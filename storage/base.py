@@ -174,10 +174,13 @@ class SessionStore(ABC):
         With the reply's last chunk the inbound messages it answers become answered."""
 
     @abstractmethod
-    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
+    async def mark_sending(self, inbound_id: int, chunk: int) -> bool:
         """A send of the chunk begins. If an earlier one began and never got an answer (a
         crash, a timeout), the platform may have that one: this send is marked
-        `maybe_sent` (docs/architecture.md, "Sending")."""
+        `maybe_sent` (docs/architecture.md, "Sending"). False, and nothing marked, when the
+        chunk is not pending any more (sent already): it must not be sent. Under a fence
+        (storage/coordination.py) the chat's lease must still be at its generation, else
+        LeaseLost."""
 
     @abstractmethod
     async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
@@ -198,10 +201,12 @@ class SessionStore(ABC):
         """Drop what this process remembers of the chat's live session (another process
         may have answered it meanwhile): the next lookup reads the store."""
 
-    def fence(self, holder: str) -> None:
-        """Several processes share this store and this one is `holder`: its writes for a
-        chat are refused (LeaseLost) once the chat's lease is another's. Nothing to do
-        where one process owns the store."""
+    def member(self, holder: str) -> None:
+        """Several processes share this store and this one is `holder` (in lease rows):
+        `ingest` then says which other process holds a message's chat. Writes made under a
+        fence (storage/coordination.py, `fenced`) are refused (LeaseLost) once the chat's
+        lease has left the fence's generation. Nothing to do where one process owns the
+        store."""
         return None
 
     def shelf(self, namespace: str, retention_s: float) -> Any:

@@ -105,6 +105,10 @@ class InboundRecord:
     # open when this one was stored (the holder routes them first, in the platform's
     # order, without reading them again). None: not known.
     open_before: tuple[int, ...] | None = None
+    # Also set by `ingest` there: the process that holds the chat's lease (unexpired) when
+    # it is another one (the store has told it the notice is sent: no need to claim the
+    # chat); None when it is this one, nobody, or not known.
+    held_by: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

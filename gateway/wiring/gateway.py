@@ -115,7 +115,7 @@ def build_gateway(store: SessionStore, conversations: Conversations,
                               cluster=cluster, recover=recovery.recover, running=running.is_set)
     worker.platforms_down = connections.describe
     if cluster is not None:  # the worker and previews ask whether the chat is still ours
-        store.fence(cluster.holder)
+        store.member(cluster.holder)
         worker.may_act = live.may_act = cluster.may_act
         worker.forfeit = cluster.forfeit
     return Gateway(store, conversations, adapters, intake=intake, router=router,

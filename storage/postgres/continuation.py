@@ -19,13 +19,13 @@ from storage.postgres import spending, turns
 from storage.rows import MESSAGE_FIELDS, dumps, new_session_id, source_seqs, with_metadata
 
 
-async def record_turn(con: q.Con, session_id: str, holder: str | None, turn: TurnRecord,
+async def record_turn(con: q.Con, session_id: str, epoch: int | None, turn: TurnRecord,
                       now: float) -> SessionRecord:
     """The store's record_turn for a turn with a compaction: several statements, inside the
     caller's transaction (the rest of the turn as `turns.record` does it in one)."""
     compaction = turn.compaction
     assert compaction is not None
-    await turns.require_lease(con, session_id, holder)
+    await turns.require_lease(con, session_id, epoch)
     await q.require_open(con, session_id, continuing=True)
     before = await q.append(con, session_id, turn.before, now)
     live_id = await continue_session(con, session_id, compaction, now, len(before))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -32,18 +33,23 @@ FIRST_PAUSE_S = 0.25  # between tries to listen again, doubling up to the longes
 LONGEST_PAUSE_S = 5.0
 _LOST = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 _NOW = "extract(epoch from clock_timestamp())"
+# Every claim that succeeds gives the lease a new generation from one sequence (schema 9):
+# work begun under an older take of the chat is refused by its number (storage/coordination.py,
+# Fence). $4: whether an expired lease of another holder may be taken.
 CLAIM = f"""INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, {_NOW} + $3)
-    ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-    WHERE leases.holder = excluded.holder OR leases.expires_at < {_NOW}
-    RETURNING holder"""
+    ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
+        epoch = nextval('lease_epochs')
+    WHERE leases.holder = excluded.holder OR ($4 AND leases.expires_at < {_NOW})
+    RETURNING epoch"""
 RENEW = (f"UPDATE leases SET expires_at = {_NOW} + $2 WHERE holder = $1 AND name = ANY($3)"
          " RETURNING name")
-RELEASE = "DELETE FROM leases WHERE name = $1 AND holder = $2"
-# Chats with a pending or taken ledger row whose chat lease is missing or expired.
+RELEASE = ("DELETE FROM leases WHERE name = $1 AND holder = $2"
+           " AND ($3::bigint IS NULL OR epoch = $3)")
+# Chats with a pending or taken ledger row whose chat lease is missing ($1: or expired).
 UNATTENDED = f"""SELECT DISTINCT i.chat_key FROM inbound AS i
     WHERE i.status IN ('pending', 'taken') AND NOT EXISTS (
         SELECT 1 FROM leases AS l WHERE l.name = 'chat:' || i.chat_key
-        AND l.expires_at >= {_NOW})"""
+        AND (l.expires_at >= {_NOW} OR NOT $1))"""
 
 
 class PostgresCoordination(Coordination):
@@ -52,19 +58,21 @@ class PostgresCoordination(Coordination):
         self._listener: asyncpg.Connection | None = None
         self._lost = asyncio.Event()  # set when the notice connection ends
         self._keeper: asyncio.Task[None] | None = None
+        self.listening_ok_at = 0.0
 
-    async def claim(self, name: str, holder: str, ttl: float) -> bool:
-        found = await self._store.fetch(CLAIM, name, holder, ttl)
-        return bool(found)
+    async def claim(self, name: str, holder: str, ttl: float, *,
+                    take_expired: bool = True) -> int | None:
+        found = await self._store.fetch(CLAIM, name, holder, ttl, take_expired)
+        return int(found[0][0]) if found else None
 
     async def renew(self, holder: str, ttl: float, names: Collection[str]) -> set[str]:
         return {row[0] for row in await self._store.fetch(RENEW, holder, ttl, list(names))}
 
-    async def release(self, name: str, holder: str) -> None:
-        await self._store.fetch(RELEASE, name, holder)
+    async def release(self, name: str, holder: str, epoch: int | None = None) -> None:
+        await self._store.fetch(RELEASE, name, holder, epoch)
 
-    async def unattended_chats(self) -> list[str]:
-        return [row[0] for row in await self._store.fetch(UNATTENDED)]
+    async def unattended_chats(self, *, expired: bool = True) -> list[str]:
+        return [row[0] for row in await self._store.fetch(UNATTENDED, expired)]
 
     async def notify(self, chat_key: str) -> None:
         await self._store.fetch("SELECT pg_notify($1, $2)", CHANNEL, chat_key)
@@ -93,6 +101,7 @@ class PostgresCoordination(Coordination):
             listener.terminate()
             raise
         self._listener, self._lost = listener, lost
+        self.listening_ok_at = time.time()
 
     async def _keep_listening(self, callback: Callable[[str], None],
                               reconnected: Callable[[], None]) -> None:
@@ -132,6 +141,7 @@ class PostgresCoordination(Coordination):
             try:
                 if listener is not None:
                     await listener.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+                    self.listening_ok_at = time.time()
             except Exception:  # noqa: BLE001 - whatever failed, the connection is done
                 if listener is not None:
                     listener.terminate()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from storage import rows
 from storage.models import Delivery, OutChunk
 from storage.postgres import queries as q
+from storage.postgres import turns
 
 if TYPE_CHECKING:
     from storage.live import LiveSessions
@@ -22,6 +23,7 @@ class DeliveryRows:
     fetch: Any  # PostgresSessionStore.fetch
     _execute: Any
     _run: Any
+    _fence: Any  # PostgresSessionStore._fence
 
     async def deliveries(self, inbound_id: int) -> list[Delivery]:
         return [rows.delivery(row) for row in await self.fetch(q.DELIVERIES_OF, inbound_id)]
@@ -31,8 +33,17 @@ class DeliveryRows:
         await self._execute(q.MARK_DELIVERED, "failed" if failed else "sent",
                             platform_message_id, time.time(), inbound_id, chunk)
 
-    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
-        await self._execute(q.SENDING, inbound_id, chunk)
+    async def mark_sending(self, inbound_id: int, chunk: int) -> bool:
+        epoch = await self._fence("mark_sending")
+
+        async def work(con: Any) -> bool:
+            if await con.fetchval(q.SENDING, inbound_id, chunk, epoch) is not None:
+                return True
+            if epoch is not None and not await con.fetchval(q.FENCE_OF_ROWS, [inbound_id],
+                                                            epoch):
+                raise turns.lease_lost(f"reply part {chunk} to inbound {inbound_id}", epoch)
+            return False  # sent already
+        return await self._run(work, transaction=False)
 
     async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
         await self._execute(q.NOT_SENT, inbound_id, chunk)
@@ -46,7 +57,12 @@ class DeliveryRows:
         return {(row[0], row[1]): row[2] for row in await self.fetch(q.CHAT_MOVES)}
 
     async def record_notice(self, inbound_id: int, chunks: Sequence[OutChunk]) -> None:
+        epoch = await self._fence("record_notice")
+
         async def work(con: Any) -> None:
+            if epoch is not None and not await con.fetchval(q.FENCE_OF_ROWS, [inbound_id],
+                                                            epoch):
+                raise turns.lease_lost(f"the notice to inbound {inbound_id}", epoch)
             if await con.fetchval(q.ANY_DELIVERY, inbound_id) is None:
                 await q.insert_delivery(con, inbound_id, None, chunks)
         await self._run(work)

@@ -80,10 +80,19 @@ SEARCH = (
     " to_tsquery('simple', $1) AS query"
     " WHERE m.search_vector @@ query AND ($2::text IS NULL OR s.chat_key = $2)"
     " ORDER BY ts_rank(m.search_vector, query) DESC, m.id LIMIT $3")
-INGEST = ("INSERT INTO inbound (platform, chat_id, message_id, chat_key, text, sender_id,"
-          " sender_name, received_at, extra) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-          " ON CONFLICT DO NOTHING RETURNING id, ARRAY(SELECT o.id FROM inbound AS o"
-          " WHERE o.chat_key = $4 AND o.status IN ('pending', 'taken'))")
+# The row, the chat's rows open before it, and the live holder of the chat's lease when that
+# is another process ($10 is this one): then its notice goes in the same statement, and the
+# message is on its way to its holder without a claim of ours (docs/scale-out.md).
+INGEST = ("WITH added AS (INSERT INTO inbound (platform, chat_id, message_id, chat_key, text,"
+          " sender_id, sender_name, received_at, extra)"
+          " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING id),"
+          " held AS (SELECT holder FROM leases WHERE name = 'chat:' || $4 AND holder <> $10"
+          " AND expires_at >= extract(epoch from clock_timestamp()))"
+          " SELECT a.id, ARRAY(SELECT o.id FROM inbound AS o"
+          " WHERE o.chat_key = $4 AND o.status IN ('pending', 'taken')),"
+          " h.holder, CASE WHEN h.holder IS NULL THEN NULL"
+          " ELSE pg_notify('threadline_chats', $4) END"
+          " FROM added AS a LEFT JOIN held AS h ON TRUE")
 _OPEN = "status IN ('pending', 'taken')"
 _ONE_INBOUND = "WHERE platform = $1 AND chat_id = $2 AND message_id = $3"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"
@@ -93,9 +102,17 @@ LATEST_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE id IN"
                   " (SELECT MAX(id) FROM inbound WHERE platform = $1 GROUP BY chat_key)")
 OPEN_INBOUND = (f"SELECT {INBOUND_COLUMNS} FROM inbound WHERE {_OPEN}"
                 " AND ($1::text IS NULL OR chat_key = $1) ORDER BY received_at, id")
-FINISH_INBOUND = f"UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[]) AND {_OPEN}"
+# A write for a chat made under a fence ($E, storage/coordination.py): only while the chat's
+# lease is at that generation. (The rows' own chat key names the lease.)
+_FENCED = ("($E::bigint IS NULL OR EXISTS (SELECT 1 FROM leases AS l"
+           " WHERE l.name = 'chat:' || inbound.chat_key AND l.epoch = $E))")
+FINISH_INBOUND = ("UPDATE inbound SET status = $1 WHERE id = ANY($2::bigint[])"
+                  f" AND {_OPEN} AND {_FENCED.replace('$E', '$3')}")
 RETRY_INBOUND = ("UPDATE inbound SET attempts = attempts + 1 WHERE id = ANY($1::bigint[])"
-                 f" AND {_OPEN}")
+                 f" AND {_OPEN} AND {_FENCED.replace('$E', '$2')}")
+# Whether any of the rows' chats has its lease at generation $2.
+FENCE_OF_ROWS = ("SELECT EXISTS (SELECT 1 FROM inbound WHERE id = ANY($1::bigint[])"
+                 f" AND {_FENCED.replace('$E', '$2')})")
 UNDO_ATTEMPT = ("UPDATE inbound SET attempts = attempts - 1 WHERE id = ANY($1::bigint[])"
                 " AND status = 'taken' AND attempts > 0")
 DELIVERIES_OF = ("SELECT inbound_id, chunk, text, entities, status, platform_message_id"
@@ -107,7 +124,9 @@ MARK_DELIVERED = ("UPDATE deliveries SET status = $1, platform_message_id = $2, 
 UNDELIVERED = ("SELECT DISTINCT reply_row_id FROM deliveries"
                " WHERE reply_row_id = ANY($1::bigint[]) AND status = 'pending'")
 SENDING = ("UPDATE deliveries SET maybe_sent = GREATEST(maybe_sent, sending), sending = 1"
-           " WHERE inbound_id = $1 AND chunk = $2")
+           " WHERE inbound_id = $1 AND chunk = $2 AND status = 'pending' AND EXISTS ("
+           f" SELECT 1 FROM inbound WHERE inbound.id = $1 AND {_FENCED.replace('$E', '$3')})"
+           " RETURNING 1")
 NOT_SENT = "UPDATE deliveries SET sending = 0 WHERE inbound_id = $1 AND chunk = $2"
 CHAT_MOVES = "SELECT platform, old_chat_id, new_chat_id FROM chat_moves"
 ADD_PREVIEW = ("INSERT INTO previews (inbound_id, position, platform_message_id)"

@@ -227,10 +227,27 @@ _V8_SPENDING = (
     *spending.FUNCTIONS,
 )
 
-# A turn's two writes as server functions (storage/postgres/turns.py).
+
+def _reinstalled(names: tuple[str, ...], functions: tuple[str, ...]) -> tuple[str, ...]:
+    """Server functions defined anew: each dropped (whatever its arguments were), then
+    created as this release writes it."""
+    return (*(f"DROP FUNCTION IF EXISTS {name} CASCADE" for name in names), *functions)
+
+
+# A lease's generation (storage/coordination.py, Fence): every claim draws a new one, and the
+# turn functions fence writes by it instead of by the holder's name; a chat whose chain ends
+# in a finished session opens a new root (issue 47).
+_V9_EPOCHS = (
+    "CREATE SEQUENCE lease_epochs",
+    "ALTER TABLE leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT nextval('lease_epochs')",
+    *_reinstalled(turns.NAMES, turns.FUNCTIONS),
+)
+
+# Schema 6 created the turn functions (storage/postgres/turns.py); 9 defines them anew, as
+# each later version that changes them will, so 6 creates nothing any more.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2_LEASES, _V3_ATTEMPTS, _V4_DELIVERY_FAULTS,
-                                           _V5_FILES, turns.FUNCTIONS, _V7_OBSERVED,
-                                           _V8_SPENDING)
+                                           _V5_FILES, (), _V7_OBSERVED, _V8_SPENDING,
+                                           _V9_EPOCHS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

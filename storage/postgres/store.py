@@ -19,6 +19,7 @@ import asyncpg
 
 from storage import rows
 from storage.base import SessionStore
+from storage.coordination import current_fence
 from storage.errors import StoreError, StoreUnavailable
 from storage.live import MAX_CHATS, LiveSessions
 from storage.models import (
@@ -66,7 +67,10 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
         self._timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
         self._live = LiveSessions(max_live_chats)
-        self.holder: str | None = None  # with a cluster: writes need its chat lease
+        self.holder: str | None = None  # with a cluster: this process, in lease rows
+        # A test's hook: awaited by a fenced write (its name given) after it read its fence
+        # and before its statement goes, to hold it there while the lease moves.
+        self.before_fenced_write: Callable[[str], Awaitable[None]] | None = None
         self.coordination: PostgresCoordination = PostgresCoordination(self)
         # Writes whose caller was cancelled while they ran: they still commit, and every
         # later call waits for them, so the caller's next read sees what it wrote.
@@ -115,8 +119,28 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
     async def end_run(self) -> None:
         return None
 
-    def fence(self, holder: str) -> None:
+    def member(self, holder: str) -> None:
         self.holder = holder
+
+    async def _fence(self, write: str) -> int | None:
+        """The generation the work running now is fenced by (None: not fenced), read as
+        the write begins, so a write held up meanwhile still carries the old one."""
+        fence = current_fence()
+        if self.before_fenced_write is not None:
+            await self.before_fenced_write(write)
+        return None if fence is None else fence.epoch
+
+    async def _fenced_rows(self, sql: str, ids: list[int], *args: Any) -> None:
+        """An update of ledger rows that counts only under the rows' chat lease: refused
+        whole (LeaseLost) when the fence's generation is not the lease's any more."""
+        epoch = await self._fence("ledger")
+
+        async def work(con: q.Con) -> None:
+            done = await con.execute(sql, *args, ids, epoch)
+            if epoch is not None and done.endswith(" 0") and ids \
+                    and not await con.fetchval(q.FENCE_OF_ROWS, ids, epoch):
+                raise turns.lease_lost(f"inbound {ids}", epoch)
+        await self._run(work, transaction=False)
 
     def shelf(self, namespace: str, retention_s: float) -> PostgresShelf:
         return PostgresShelf(self, namespace, retention_s)
@@ -221,8 +245,11 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
         if reason == "compression":
             raise StoreError("a session ends by compression only through record_turn")
 
+        epoch = await self._fence("end_session")
+
         async def work(con: q.Con) -> None:
             await q.end_reason_of(con, session_id, lock=True)
+            await turns.require_lease(con, session_id, epoch)
             await con.execute(q.END_SESSION, reason, time.time(), session_id)
         await self._then(session_id, work, lambda _: self._live.forget(session_id))
 
@@ -269,8 +296,9 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
         # Nearly every turn is one statement (turns.py); a compaction is a transaction.
         compacted = turn.compaction is not None
         record = continuation.record_turn if compacted else turns.record
+        epoch = await self._fence("record_turn")
         return await self._then(session_id, lambda con: record(
-            con, session_id, self.holder, turn, time.time()), self._live.put,
+            con, session_id, epoch, turn, time.time()), self._live.put,
             transaction=compacted)
 
     async def search(self, query: str, chat_key: str | None = None,
@@ -287,17 +315,20 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
                      extra: dict[str, Any] | None = None) -> InboundRecord | None:
         record = InboundRecord(0, platform, chat_id, message_id, chat_key, text, sender_id,
                                sender_name, time.time(), "pending", None, dict(extra or {}))
-        found = await self.fetch(q.INGEST, *rows.inbound_values(record))
-        return replace(record, id=found[0][0], open_before=tuple(found[0][1])) if found else None
+        found = await self.fetch(q.INGEST, *rows.inbound_values(record), self.holder or "")
+        if not found:
+            return None
+        return replace(record, id=found[0][0], open_before=tuple(found[0][1]),
+                       held_by=found[0][2])
 
     async def take_inbound(self, inbound_ids: list[int], session_id: str,
                            messages: list[NewMessage],
                            texts: Sequence[str] | None = None) -> list[StoredMessage]:
         unanswered = [m if m.answered is not None else replace(m, answered=False)
                       for m in messages]
-
+        epoch = await self._fence("take_inbound")
         return await self._then(session_id, lambda con: turns.take(
-            con, session_id, self.holder, inbound_ids, unanswered, time.time(), texts),
+            con, session_id, epoch, inbound_ids, unanswered, time.time(), texts),
             lambda stored: self._live.grew(session_id, len(stored)), transaction=False)
 
     async def find_inbound(self, platform: str, chat_id: str,
@@ -313,10 +344,13 @@ class PostgresSessionStore(DeliveryRows, ObservedRows, SpendRows, SessionStore):
     async def finish_inbound(self, inbound_ids: list[int], status: str) -> None:
         if status not in ("answered", "failed"):
             raise StoreError(f"an inbound row finishes answered or failed, not {status!r}")
-        await self._execute(q.FINISH_INBOUND, status, list(inbound_ids))
+        await self._fenced_rows(q.FINISH_INBOUND, list(inbound_ids), status)
 
     async def retry_inbound(self, inbound_ids: list[int], *, undo: bool = False) -> None:
-        await self._execute(q.UNDO_ATTEMPT if undo else q.RETRY_INBOUND, list(inbound_ids))
+        if undo:  # giving back what this process counted: whoever holds the chat now
+            await self._execute(q.UNDO_ATTEMPT, list(inbound_ids))
+        else:
+            await self._fenced_rows(q.RETRY_INBOUND, list(inbound_ids))
 
     async def inbound(self, inbound_ids: list[int]) -> list[InboundRecord]:
         found = await self.fetch(q.INBOUND_BY_IDS, list(inbound_ids))

@@ -37,14 +37,19 @@ from storage.rows import (
 )
 
 CHECK_LEASE = ("SELECT 1 FROM leases AS l JOIN sessions AS s ON l.name = 'chat:' || s.chat_key"
-               " WHERE s.id = $1 AND l.holder = $2")
+               " WHERE s.id = $1 AND l.epoch = $2")
 
 
-async def require_lease(con: asyncpg.Connection, session_id: str, holder: str | None) -> None:
-    """The fence of the writes that are still several statements (a compaction): as
+def lease_lost(what: str, epoch: int) -> LeaseLost:
+    return LeaseLost(f"{what}: its lease is no longer at generation {epoch} (another process "
+                     "took the chat, or this one took it again, since the work began)")
+
+
+async def require_lease(con: asyncpg.Connection, session_id: str, epoch: int | None) -> None:
+    """The fence of the writes that are several statements (a compaction, a reset): as
     threadline_append's."""
-    if holder is not None and not await con.fetch(CHECK_LEASE, session_id, holder):
-        raise LeaseLost(f"the chat of session {session_id} is no longer held by {holder}")
+    if epoch is not None and not await con.fetch(CHECK_LEASE, session_id, epoch):
+        raise lease_lost(f"the chat of session {session_id}", epoch)
 
 
 # require_open's cases, as numbers: 0 records on any session (only ledger, usage or state),
@@ -63,7 +68,7 @@ _SESSION_TYPES = """id text, chat_key text, parent_session_id text, kind text, e
     input_tokens bigint, output_tokens bigint"""
 
 FUNCTIONS = (
-    f"""CREATE FUNCTION threadline_append(p_session text, p_mode int, p_holder text,
+    f"""CREATE FUNCTION threadline_append(p_session text, p_mode int, p_epoch bigint,
         {_MESSAGE_ARGS})
     RETURNS TABLE (row_id bigint, row_seq int) LANGUAGE plpgsql AS $$
     #variable_conflict use_column
@@ -74,10 +79,11 @@ FUNCTIONS = (
         IF NOT FOUND THEN
             RAISE EXCEPTION 'no session ''%''', p_session USING ERRCODE = 'TL404';
         END IF;
-        IF p_holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM leases
-                WHERE name = 'chat:' || v_chat AND holder = p_holder) THEN
-            RAISE EXCEPTION 'chat % is no longer held by %', v_chat, p_holder
-                USING ERRCODE = 'TL410';
+        IF p_epoch IS NOT NULL AND NOT EXISTS (SELECT 1 FROM leases
+                WHERE name = 'chat:' || v_chat AND epoch = p_epoch) THEN
+            RAISE EXCEPTION 'chat %: its lease is no longer at generation % (another process '
+                'took the chat, or this one took it again, since the work began)', v_chat,
+                p_epoch USING ERRCODE = 'TL410';
         END IF;
         IF p_mode > 0 AND (v_end = 'compression' OR (p_mode > 1 AND v_end IS NOT NULL)
                 OR (p_mode = 3 AND EXISTS (SELECT 1 FROM sessions WHERE
@@ -105,14 +111,14 @@ FUNCTIONS = (
     # Pending ledger rows become taken, each linked to the message carrying its platform
     # message id, else to the message at its position (as many messages as rows), else to
     # the last (storage/rows.py, inbound_links).
-    f"""CREATE FUNCTION threadline_take(p_session text, p_holder text, p_inbound bigint[],
+    f"""CREATE FUNCTION threadline_take(p_session text, p_epoch bigint, p_inbound bigint[],
         p_texts text[], {_MESSAGE_ARGS})
     RETURNS TABLE (row_id bigint, row_seq int) LANGUAGE plpgsql AS $$
     DECLARE v_ids bigint[]; v_seqs int[]; v_n int; v_rows int; v_row record;
             v_target bigint;
     BEGIN
         SELECT array_agg(a.row_id ORDER BY a.row_seq), array_agg(a.row_seq ORDER BY a.row_seq)
-            INTO v_ids, v_seqs FROM threadline_append(p_session, 2, p_holder,
+            INTO v_ids, v_seqs FROM threadline_append(p_session, 2, p_epoch,
                 {_MESSAGE_VALUES}) AS a;
         v_n := COALESCE(array_length(v_ids, 1), 0);
         v_rows := COALESCE(array_length(p_inbound, 1), 0);
@@ -146,7 +152,7 @@ FUNCTIONS = (
     END $$""",
     # A turn with no compaction: its messages, the reply's ledger link and deliveries (the
     # first chunk marked `sending`, as insert_delivery does), failed rows, usage, state.
-    f"""CREATE FUNCTION threadline_turn(p_session text, p_mode int, p_holder text,
+    f"""CREATE FUNCTION threadline_turn(p_session text, p_mode int, p_epoch bigint,
         p_now float8,
         {_MESSAGE_ARGS}, p_replied bigint[], p_failed bigint[], p_chunk_text text[],
         p_chunk_entities text[], p_chunk_edit text[], p_usage_model text[],
@@ -155,7 +161,7 @@ FUNCTIONS = (
     #variable_conflict use_column
     DECLARE v_reply bigint; v_first bigint;
     BEGIN
-        SELECT a.row_id INTO v_reply FROM threadline_append(p_session, p_mode, p_holder,
+        SELECT a.row_id INTO v_reply FROM threadline_append(p_session, p_mode, p_epoch,
             {_MESSAGE_VALUES}) AS a ORDER BY a.row_seq DESC LIMIT 1;
         IF COALESCE(array_length(p_replied, 1), 0) > 0 AND v_reply IS NOT NULL THEN
             UPDATE inbound SET reply_row_id = v_reply WHERE inbound.id = ANY(p_replied)
@@ -185,8 +191,9 @@ FUNCTIONS = (
             WHERE s.id = p_session;
     END $$""",
     # The chat's live session, or (`p_create`: in any case) a new root with its system
-    # message; the chat's lock makes two processes opening one new chat share a root.
-    # $1 and $2 are the chat and the chain depth LIVE_SESSION reads.
+    # message: a chat whose chain ends in a finished session (a /new, a reset) gets a new
+    # root, as on SQLite. The chat's lock makes two processes opening one new chat share a
+    # root. $1 and $2 are the chat and the chain depth LIVE_SESSION reads.
     f"""CREATE FUNCTION threadline_open(p_chat text, p_depth int, p_create boolean,
         p_session text, p_now float8, p_model text, p_prompt text, {_MESSAGE_ARGS})
     RETURNS TABLE ({_SESSION_TYPES}) LANGUAGE plpgsql AS $$
@@ -194,7 +201,7 @@ FUNCTIONS = (
     BEGIN
         PERFORM pg_advisory_xact_lock(hashtextextended(p_chat, 0));
         IF NOT p_create THEN
-            RETURN QUERY {LIVE_SESSION};
+            RETURN QUERY {LIVE_SESSION} WHERE s.end_reason IS NULL;
             IF FOUND THEN
                 RETURN;
             END IF;
@@ -209,6 +216,11 @@ FUNCTIONS = (
             WHERE s.id = p_session;
     END $$""",
 )
+
+
+# Every function above, as DROP FUNCTION names them: an upgrade that changes any of them
+# drops and creates them all again (schema.py).
+NAMES = ("threadline_take", "threadline_turn", "threadline_open", "threadline_append")
 
 
 def _params(count: int, first: int = 1) -> str:
@@ -231,23 +243,23 @@ async def open_chat(con: asyncpg.Connection, chat_key: str, *, create: bool, mod
     return session_record(row)
 
 
-async def take(con: asyncpg.Connection, session_id: str, holder: str | None,
+async def take(con: asyncpg.Connection, session_id: str, epoch: int | None,
                inbound_ids: Sequence[int], messages: Sequence[NewMessage], now: float,
                texts: Sequence[str] | None) -> list[StoredMessage]:
     """As the store's take_inbound, in one statement."""
-    found = await con.fetch(TAKE, session_id, holder, list(inbound_ids),
+    found = await con.fetch(TAKE, session_id, epoch, list(inbound_ids),
                             None if texts is None else list(texts),
                             *message_arrays(messages, now))
     return stored_rows(session_id, messages, found, now)
 
 
-async def record(con: asyncpg.Connection, session_id: str, holder: str | None,
+async def record(con: asyncpg.Connection, session_id: str, epoch: int | None,
                  turn: TurnRecord, now: float) -> SessionRecord:
     """As the store's record_turn for a turn without a compaction, in one statement."""
     mode = OPEN if turn.before or turn.after else LEDGER
     replied = list(turn.replied)
     [row] = await con.fetch(
-        TURN, session_id, mode, holder, now, *message_arrays([*turn.before, *turn.after], now),
+        TURN, session_id, mode, epoch, now, *message_arrays([*turn.before, *turn.after], now),
         replied, list(turn.failed), *chunk_arrays(turn.delivery if replied else ()),
         *usage_arrays(turn.usage), None if turn.engine_state is None
         else dumps(turn.engine_state), turn.last_prompt_tokens, *spending.turn_args(turn))

@@ -35,8 +35,8 @@ class DeliveryRows:
                   inbound_id, chunk)
         await self._write_statement(q.MARK_DELIVERED, params)
 
-    async def mark_sending(self, inbound_id: int, chunk: int) -> None:
-        await self._write_statement(q.SENDING, (inbound_id, chunk))
+    async def mark_sending(self, inbound_id: int, chunk: int) -> bool:
+        return await self._write_statement(q.SENDING, (inbound_id, chunk)) is not None
 
     async def mark_not_sent(self, inbound_id: int, chunk: int) -> None:
         await self._write_statement(q.NOT_SENT, (inbound_id, chunk))

@@ -345,7 +345,7 @@ def insert_delivery(db: sqlite3.Connection, inbound_id: int, reply_row_id: int |
 
 # Before a send: a send begun before without an answer makes this one a maybe-duplicate.
 SENDING = ("UPDATE deliveries SET maybe_sent = max(maybe_sent, sending), sending = 1"
-           " WHERE inbound_id = ? AND chunk = ?")
+           " WHERE inbound_id = ? AND chunk = ? AND status = 'pending' RETURNING 1")
 NOT_SENT = "UPDATE deliveries SET sending = 0 WHERE inbound_id = ? AND chunk = ?"
 CHAT_MOVES = "SELECT platform, old_chat_id, new_chat_id FROM chat_moves"
 ADD_PREVIEW = ("INSERT OR REPLACE INTO previews (inbound_id, position, platform_message_id)"
