@@ -32,7 +32,8 @@ from platforms.base import (
     Undeliverable,
 )
 from storage.base import SessionStore
-from storage.errors import StoreUnavailable
+from storage.coordination import Fence, current_fence
+from storage.errors import LeaseLost, StoreUnavailable
 from storage.models import Delivery
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,13 @@ TYPING_REFRESH_S = 4.0
 DOWN_RETRIES_S = (1.0, 2.0, 4.0, 8.0)
 STILL_DOWN_NOTE_S = 60.0  # while a call keeps failing, one log line this often
 STORE_RETRIES_S = (0.5, 10.0)  # recording a sent part: the first wait, doubling to the last
+
+
+class _SentAlready:
+    """A stored reply's part found sent when about to send it (by another process)."""
+
+
+SENT_ALREADY = _SentAlready()
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,17 @@ class Outbound:
         self.renderer = renderer or Renderer(adapters)
         self.moves = moves or ChatMoves(store)
         self.budgets = {name: SendBudget(a.limits) for name, a in adapters.items()}
+        # With several processes: whether work begun under a take of a chat (its fence)
+        # may still speak for it (turns/cluster.py). Asked right before every platform
+        # call, after any wait for the chat's pace (docs/scale-out.md, "Fencing").
+        self.holds: Callable[[Fence], bool] = lambda fence: True
+
+    def _may_speak(self, chat: ChatRef) -> None:
+        """Raise LeaseLost when the work running now may no longer speak for its chat."""
+        fence = current_fence()
+        if fence is not None and not self.holds(fence):
+            raise LeaseLost(f"{fence.chat_key}: taken again since this work began (lease "
+                            f"generation {fence.epoch}); not sending to {chat.key}")
 
     async def render(self, chat: ChatRef, text: str) -> list[Chunk]:
         return await self.renderer.render(chat, text)
@@ -109,7 +128,7 @@ class Outbound:
         for chunk in chunks:
             if chunk.status != "pending":
                 continue
-            outcome: str | None | Undeliverable | bool
+            outcome: str | None | Undeliverable | bool | _SentAlready
             # The same part is the same message however often it is sent (a nonce).
             part = Chunk(chunk.text, chunk.entities, key=f"r{chunk.inbound_id}.{chunk.chunk}")
             if chunk.platform_message_id:
@@ -123,6 +142,8 @@ class Outbound:
                     ledger=(self.store, chunk.inbound_id, chunk.chunk), premarked=premarked)
             if outcome is False:
                 return False
+            if outcome is SENT_ALREADY:
+                continue
             refused = isinstance(outcome, Undeliverable)
             await self._mark_delivered(chunk, None if refused else outcome, refused)
         return True
@@ -201,7 +222,10 @@ class Outbound:
         if adapter is None:
             return
         budget = self.budgets[chat.platform]
+        fence = current_fence()
         while not (until and until()):
+            if fence is not None and not self.holds(fence):
+                return
             if budget.typing_allowed(chat.key, group=chat.group):
                 try:
                     await adapter.typing(self.moves.resolve(chat))
@@ -212,13 +236,16 @@ class Outbound:
     # --- one message, paced, with the platform's pauses honoured ---------------------------
     async def _send_chunk(self, chat: ChatRef, chunk: Chunk, reply_to: str | None, *,
                           ledger: tuple[SessionStore, int, int] | None = None,
-                          premarked: bool = False) -> str | None | Undeliverable | bool:
+                          premarked: bool = False
+                          ) -> str | None | Undeliverable | bool | _SentAlready:
         """The platform message id (or None) once sent; an Undeliverable when refused for
-        good; False when it could not be sent at all.
+        good; False when it could not be sent at all; SENT_ALREADY for a stored reply's
+        chunk that another process has sent meanwhile.
 
         A stored reply's chunk (`ledger`: the store, its inbound id and position) is marked
         `sending` before each call and cleared by a clear answer, so a crash in between
-        leaves a trace: the send after it is marked `maybe_sent`. A send the platform may
+        leaves a trace: the send after it is marked `maybe_sent`. Marking looks at the
+        chunk's row (and, fenced, the chat's lease): a chunk sent already goes no more. A send the platform may
         have taken without answering in time (SendUnknown) is made once more, then taken as
         sent: a message shows twice at worst, never zero times, never again and again."""
         adapter = self.adapters.get(chat.platform)
@@ -228,10 +255,11 @@ class Outbound:
         unknown = 0
         marked = premarked
 
-        async def send(to: ChatRef) -> str | None:
+        async def send(to: ChatRef) -> str | None | _SentAlready:
             nonlocal unknown, marked
-            if ledger is not None and not marked:
-                await ledger[0].mark_sending(ledger[1], ledger[2])
+            if ledger is not None and not marked \
+                    and not await ledger[0].mark_sending(ledger[1], ledger[2]):
+                return SENT_ALREADY
             marked = False  # every later try is marked anew
             try:
                 return await adapter.send(to, chunk, reply_to)
@@ -265,6 +293,7 @@ class Outbound:
         while True:
             chat = self.moves.resolve(chat)
             await budget.wait_turn(chat.key, group=chat.group)
+            self._may_speak(chat)  # the wait may have outlasted the chat's lease (a pause)
             try:
                 result = await call(chat)
             except RateLimited as exc:
@@ -294,8 +323,9 @@ class Outbound:
                 await asyncio.sleep(DOWN_RETRIES_S[min(failures, len(DOWN_RETRIES_S) - 1)])
                 failures += 1
                 continue
-            except StoreUnavailable:
-                raise  # the ledger is out of reach: the turn waits for it (outages.py)
+            except (StoreUnavailable, LeaseLost):
+                raise  # the ledger is out of reach (the turn waits, outages.py), or the
+                # chat is another's now (the turn is dropped, worker.py)
             except Exception:
                 log.exception("%s: sending to %s failed", name, chat.key)
                 return False

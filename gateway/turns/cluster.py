@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.turns.jobs import HoldJob, Job, ResendJob, recovery_jobs
-from storage.coordination import Coordination
+from storage.coordination import Coordination, Fence, current_fence
 from storage.errors import StoreError
 from storage.models import InboundRecord
 
@@ -74,6 +75,7 @@ class Cluster:
         # agent, the live session) may be behind another process's turns; drop it.
         self._moved = moved
         self.held: dict[str, float] = {}  # chat key -> when it last had work here
+        self._epochs: dict[str, int] = {}  # chat key -> the generation of our take of it
         # chat key -> until when (this process's monotonic clock) its lease surely holds:
         # a lease taken or renewed at t was given until the database's now + ttl, later
         # than t + ttl. Time runs on while the process is paused, so a paused process
@@ -88,6 +90,12 @@ class Cluster:
         # When each background loop last did its work without an error (unix seconds), for
         # metrics: a loop that keeps failing shows as a time that stops moving.
         self.last_ok: dict[str, float] = {}
+        # After the database was out of reach, every holder's leases may have expired
+        # with no one able to renew them: for one lease period this process takes no
+        # expired lease of another's, so each holder first renews its own (and records
+        # what it sent meanwhile) instead of having its replies sent again by another.
+        self._cut_off = False
+        self._patient_until = 0.0  # monotonic
 
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -129,9 +137,11 @@ class Cluster:
             else:
                 self._hand_over(chat_key, job)
             return
-        asked = time.monotonic()
-        if await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
-            self._took(chat_key, asked)
+        held_by = getattr(getattr(job, "record", None), "held_by", None)
+        if held_by is not None and held_by != self.holder:
+            self._lost(chat_key)  # a live holder, told by the store as it stored the row
+            return
+        if await self._claim(chat_key):
             await self.adopt_open(chat_key)  # this job's row is among them, in its place
             return
         self._lost(chat_key)
@@ -156,7 +166,8 @@ class Cluster:
         """Route the chat's open ledger rows this process has not routed yet, in order."""
         rows = platform_order(await self._open_rows(chat_key))
         routed = self._routed.setdefault(chat_key, set())
-        for key, work in recovery_jobs([r for r in rows if r.id not in routed]):
+        fresh = [r for r in rows if r.id not in routed and r.id not in self._adopting]
+        for key, work in recovery_jobs(fresh):
             if isinstance(work, tuple):  # a pending message: routed like a new one
                 self._adopting.add(work[1].id)
                 try:
@@ -168,27 +179,45 @@ class Cluster:
 
     async def offer(self, chat_key: str) -> None:
         """Take the chat when its lease is free (or ours) and adopt what it has open."""
-        asked = time.monotonic()
         if self.may_act(chat_key):
             await self.adopt_open(chat_key)
-        elif await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl):
-            self._took(chat_key, asked)  # ours again (or still): nothing cached is trusted
+        elif await self._claim(chat_key):  # ours again (or still): nothing cached is trusted
             await self.adopt_open(chat_key)
         else:
             self._lost(chat_key)
 
-    def _took(self, chat_key: str, asked: float) -> None:
+    async def _claim(self, chat_key: str) -> bool:
+        """Take the chat's lease (a new generation) when it is free or ours, or expired
+        unless the database was just out of reach (see `_patient_until`)."""
+        asked = time.monotonic()
+        epoch = await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl,
+                                              take_expired=self._may_take_expired())
+        if epoch is None:
+            return False
+        self._took(chat_key, asked, epoch)
+        return True
+
+    def _may_take_expired(self) -> bool:
+        return time.monotonic() >= self._patient_until
+
+    def _took(self, chat_key: str, asked: float, epoch: int) -> None:
         """The chat is ours from now; whatever we knew of it before is not trusted."""
         self._moved(chat_key)
         self.held[chat_key] = time.monotonic()
+        self._epochs[chat_key] = epoch
         self._sure_until[chat_key] = self._sure_from(asked)
 
     def _lost(self, chat_key: str) -> None:
         """Another process holds the chat (if this one thought it did, it no longer may)."""
         if chat_key in self.held:
-            self.held.pop(chat_key, None)
-            self._sure_until.pop(chat_key, None)
+            self._let_go(chat_key)
             self._moved(chat_key)
+
+    def _let_go(self, chat_key: str) -> int | None:
+        """Forget our take of the chat; the generation it had."""
+        self.held.pop(chat_key, None)
+        self._sure_until.pop(chat_key, None)
+        return self._epochs.pop(chat_key, None)
 
     def _sure_from(self, asked: float) -> float:
         """Until when a lease taken or renewed by a call begun at `asked` surely holds."""
@@ -197,8 +226,22 @@ class Cluster:
     def may_act(self, chat_key: str) -> bool:
         """Whether this process surely still holds the chat's lease: it may write and send
         for it. False once the lease may have lapsed (a pause, renewals failing), until a
-        renewal says it is still ours."""
-        return chat_key in self.held and time.monotonic() < self._sure_until.get(chat_key, 0)
+        renewal says it is still ours; and for work begun under an older take of the chat
+        (its fence), once the chat was taken again since."""
+        if chat_key not in self.held or time.monotonic() >= self._sure_until.get(chat_key, 0):
+            return False
+        fence = current_fence()
+        return fence is None or fence.chat_key != chat_key \
+            or fence.epoch == self._epochs.get(chat_key)
+
+    def holds(self, fence: Fence) -> bool:
+        """Whether work begun under `fence` may still speak for its chat."""
+        return self.may_act(fence.chat_key) and fence.epoch == self._epochs.get(fence.chat_key)
+
+    def fence_of(self, chat_key: str) -> Fence | None:
+        """Our take of the chat, for the work about to run for it (None: not ours)."""
+        epoch = self._epochs.get(chat_key)
+        return Fence(chat_key, epoch) if epoch is not None and chat_key in self.held else None
 
     def forfeit(self, chat_key: str, first: Callable[[], Awaitable[None]] | None = None
                 ) -> None:
@@ -209,18 +252,18 @@ class Cluster:
         must not release the lease the first retake has just taken again."""
         if chat_key in self._retaking:
             return
-        self.held.pop(chat_key, None)
-        self._sure_until.pop(chat_key, None)
+        epoch = self._let_go(chat_key)
         self._routed.pop(chat_key, None)
         self._retaking.add(chat_key)
-        self._spawn(self._retake(chat_key, first), f"retake:{chat_key}")
+        self._spawn(self._retake(chat_key, first, epoch), f"retake:{chat_key}")
 
-    async def _retake(self, chat_key: str, first: Callable[[], Awaitable[None]] | None
-                      ) -> None:
+    async def _retake(self, chat_key: str, first: Callable[[], Awaitable[None]] | None,
+                      epoch: int | None) -> None:
         try:
             if first is not None:
                 await first()
-            await self.coordination.release(f"chat:{chat_key}", self.holder)  # if ours
+            if epoch is not None:  # if still ours at that generation, never a newer take
+                await self.coordination.release(f"chat:{chat_key}", self.holder, epoch)
         finally:
             self._retaking.discard(chat_key)
         await self.offer(chat_key)
@@ -236,7 +279,8 @@ class Cluster:
                 log.warning("cluster: %s failed: %s", name, exc)
             except Exception:
                 log.exception("cluster: %s failed", name)
-        task = asyncio.create_task(run(), name=name)
+        # The cluster's own work, under no chat's fence (even when a turn gave a chat up).
+        task = asyncio.create_task(run(), name=name, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -266,8 +310,17 @@ class Cluster:
         """Extend our leases; a chat whose lease was lost is dropped from ours."""
         roles = set(self._roles)
         asked, before = time.monotonic(), set(self.held)  # a chat taken meanwhile is not
-        kept = await self.coordination.renew(  # in this renewal
-            self.holder, self.ttl, [f"chat:{k}" for k in before] + list(roles))
+        try:  # in this renewal
+            kept = await self.coordination.renew(
+                self.holder, self.ttl, [f"chat:{k}" for k in before] + list(roles))
+        except StoreError:
+            self._cut_off = True
+            raise
+        if self._cut_off:  # the database is back: let every holder renew first
+            self._cut_off = False
+            self._patient_until = time.monotonic() + self.ttl
+            log.info("cluster: the database answers again; taking no expired lease of "
+                     "another process for %.0f s, while each renews its own", self.ttl)
         for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
             log.warning("lost the lease of %s (renewed too late); another process takes it",
                         chat_key)
@@ -294,13 +347,14 @@ class Cluster:
         await self.sweep()
 
     async def sweep(self) -> None:
-        for chat_key in await self.coordination.unattended_chats():
+        expired = self._may_take_expired()
+        for chat_key in await self.coordination.unattended_chats(expired=expired):
             await self.offer(chat_key)
 
     async def _release(self, chat_key: str) -> None:
-        self.held.pop(chat_key, None)
-        self._sure_until.pop(chat_key, None)
-        await self.coordination.release(f"chat:{chat_key}", self.holder)
+        epoch = self._let_go(chat_key)
+        if epoch is not None:
+            await self.coordination.release(f"chat:{chat_key}", self.holder, epoch)
         self._moved(chat_key)
         # A row stored elsewhere while we held the chat, whose notice we may have missed:
         # take the chat again for it. Rows that left the ledger are forgotten.
@@ -319,7 +373,7 @@ class Cluster:
         while True:
             asked = time.monotonic()
             try:
-                if await self.coordination.claim(role, self.holder, self.ttl):
+                if await self.coordination.claim(role, self.holder, self.ttl) is not None:
                     break
             except StoreError as exc:
                 log.warning("%s: asking for it failed (%s); trying again", role, exc)
@@ -333,3 +387,28 @@ class Cluster:
     def may_lead(self, role: str) -> bool:
         """Whether this process surely still holds `role` (see `may_act`)."""
         return time.monotonic() < self._roles.get(role, 0)
+
+    def health(self) -> dict[str, float]:
+        """When each loop last worked (unix seconds): renew, heartbeat, and listen, which
+        is the notice connection's last proof of life (made, or a ping answered)."""
+        listened = max(self.last_ok.get("listen", 0.0), self.coordination.listening_ok_at)
+        return {**self.last_ok, "listen": listened}
+
+    # --- a chat taken by a command-line tool ------------------------------------------
+    @contextlib.asynccontextmanager
+    async def alone(self, chat_key: str) -> AsyncIterator[Fence | None]:
+        """Hold the chat's lease while a tool (`threadline compress`) works on it, renewed
+        as a running process would; yields the fence its writes go under, or None when
+        a running process holds the chat (the tool must then leave it alone)."""
+        if not await self._claim(chat_key):
+            yield None
+            return
+        keeper = asyncio.create_task(self._forever("renew", self.renew), name="tool-renew",
+                                     context=contextvars.Context())
+        try:
+            yield self.fence_of(chat_key)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            await self._release(chat_key)

@@ -265,6 +265,15 @@ class Conversations(Compacting):
         return Committed(prepared.notices, pending(prepared.inbound_ids[-1], chunks),
                          tuple(Outgoing(n) for n in result.notices))
 
+    async def charge(self, prepared: Prepared) -> None:
+        """Book a prepared turn's model calls without storing the turn (it was dropped:
+        another process answers its messages), releasing its hold."""
+        entries = (prepared.failure.usage if prepared.failure is not None
+                   else prepared.result.usage if prepared.result is not None else ())
+        await self.store.record_turn(prepared.session.id, TurnRecord(
+            usage=self.book(prepared.chat_key, entries, prepared.payer),
+            release_hold=_hold(prepared.payer)))
+
     async def commit_partial(self, chat_key: str, records: list[InboundRecord], text: str,
                              render: Callable[[str], Awaitable[list[Chunk]]],
                              previews: Sequence[str]

@@ -83,6 +83,12 @@ class Routing:
             name = command.name if command is not None else invocation.name
             await self._enqueue(msg.chat_key, CommandJob(msg, record, name, invocation.args))
             return None
+        if self.cluster is not None and not self.cluster.may_act(msg.chat_key):
+            # It acts on the turn running now (/stop), which runs where the chat is held:
+            # there it goes, as any message; the holder answers it at once.
+            await self.cluster.enqueue(msg.chat_key, CommandJob(msg, record, invocation.name,
+                                                                invocation.args))
+            return None
         return self.worker.run_command(msg, record, invocation.name, invocation.args,
                                        chat=self.router.running(msg.chat_key))
 

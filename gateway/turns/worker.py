@@ -36,6 +36,7 @@ from gateway.turns.spend_gate import SpendGate, admit, release
 from gateway.turns.turn_records import Prepared, out_chunks
 from platforms.base import ChatRef, InboundMessage
 from storage.base import SessionStore
+from storage.coordination import Fence, fenced
 from storage.errors import LeaseLost, StoreUnavailable
 from storage.models import Delivery, InboundRecord
 
@@ -74,17 +75,28 @@ class ChatWorker(Outages):
         self.may_act: Callable[[str], bool] = lambda chat_key: True
         self.forfeit: Callable[[str, Callable[[], Awaitable[None]] | None], None] = \
             lambda chat_key, first: None  # when it said no
+        # This process's take of the chat, which the batch's writes and sends carry.
+        self.fence_of: Callable[[str], Fence | None] = lambda chat_key: None
 
     async def process(self, chat_key: str, running: Running) -> None:
+        """One batch, under the take of the chat it began with: once the chat was taken
+        again (by another process, or lost and taken back by this one), the store refuses
+        the batch's writes and the outbound path its sends (LeaseLost), and the batch is
+        dropped unsaid (docs/scale-out.md, "Fencing")."""
         job = running.jobs[0]
         if isinstance(job, HoldJob):
             await job.release.wait()
-        elif isinstance(job, CommandJob):
-            await self._command(running, job)
-        elif isinstance(job, ResendJob):
-            await self._resend(job)
-        else:
-            await self._answer_through_outages(chat_key, running)
+            return
+        with fenced(self.fence_of(chat_key)):
+            try:
+                if isinstance(job, CommandJob):
+                    await self._command(chat_key, running, job)
+                elif isinstance(job, ResendJob):
+                    await self._resend(job)
+                else:
+                    await self._answer_through_outages(chat_key, running)
+            except LeaseLost as exc:
+                self._give_up(chat_key, f"another process holds it now ({exc})")
 
     # --- running commands (also the immediate ones, outside the worker) --------------------
     async def run_command(self, msg: InboundMessage, record: InboundRecord, name: str,
@@ -107,6 +119,8 @@ class ChatWorker(Outages):
                                self.pulse, self.platforms_down)
             try:
                 reply = await command.run(call)
+            except LeaseLost:
+                raise  # the chat is another's now: its holder runs the command
             except Exception:
                 log.exception("/%s failed in %s", name, msg.chat_key)
                 reply = GENERIC_FAILURE
@@ -123,7 +137,9 @@ class ChatWorker(Outages):
             raise Stopped
         return result  # type: ignore[return-value]
 
-    async def _command(self, running: Running, job: CommandJob) -> None:
+    async def _command(self, chat_key: str, running: Running, job: CommandJob) -> None:
+        if not self._still_ours(chat_key, "before a command"):
+            return  # its new holder runs it
         await self.run_command(job.msg, job.record, job.name, job.args, chat=running,
                                own=running)
 
@@ -212,7 +228,7 @@ class ChatWorker(Outages):
         """Store the turn, then say it: notices, the reply (finishing its previews)."""
         previews = live.previews if live else ()
         if not self._still_ours(chat.key, "before storing its turn", [r.id for r in records]):
-            return
+            return await self._charge(prepared)
         try:
             committed = await self.conversations.commit(
                 prepared, functools.partial(self.outbound.render, chat), previews)
@@ -221,8 +237,9 @@ class ChatWorker(Outages):
                         chat.key, exc)
             return self._unreachable(chat, records)
         except LeaseLost:
-            return self._give_up(chat.key, "another process holds it now (nothing stored)",
-                                 [r.id for r in records])
+            self._give_up(chat.key, "another process holds it now (nothing stored)",
+                          [r.id for r in records])
+            return await self._charge(prepared)
         except Exception:
             log.exception("storing the turn failed in %s", chat.key)
             self.metrics.turns.labels("failed").inc()
@@ -244,6 +261,17 @@ class ChatWorker(Outages):
         await self.outbound.send_all(chat, (*(committed.before if shown else ()),
                                             *committed.after))
         await self.outbound.delivered(chat, tuple(r.message_id for r in records))
+
+    async def _charge(self, prepared: Prepared) -> None:
+        """A turn dropped after its model calls (the chat moved on): what they cost is still
+        booked to the payer, and the turn's hold goes. A record of money spent, not of the
+        conversation: written whoever holds the chat now."""
+        with fenced(None):
+            try:
+                await asyncio.shield(self.conversations.charge(prepared))
+            except StoreUnavailable as exc:
+                log.warning("chat %s: the cost of a dropped turn was not booked (%s)",
+                            prepared.chat_key, exc)
 
     async def _retried(self, records: list[InboundRecord]) -> list[InboundRecord]:
         """Messages to answer, leaving out poison. A taken message comes back only when a

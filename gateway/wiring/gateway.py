@@ -114,10 +114,12 @@ def build_gateway(store: SessionStore, conversations: Conversations,
     connections = Connections(adapters, store, menu=commands.menu, metrics=metrics,
                               cluster=cluster, recover=recovery.recover, running=running.is_set)
     worker.platforms_down = connections.describe
-    if cluster is not None:  # the worker and previews ask whether the chat is still ours
+    if cluster is not None:  # the worker, previews and sends ask whether the chat is ours
         store.member(cluster.holder)
         worker.may_act = live.may_act = cluster.may_act
         worker.forfeit = cluster.forfeit
+        worker.fence_of = cluster.fence_of
+        outbound.holds = cluster.holds
     return Gateway(store, conversations, adapters, intake=intake, router=router,
                    recovery=recovery, outbound=outbound, reader=reader, resets=resetting,
                    connections=connections, loop=loop, cluster=cluster, metrics=metrics,
@@ -140,4 +142,4 @@ def _watch(metrics: Metrics, router: ChatRouter, adapters: Mapping[str, Platform
         metrics.watch_times(
             "threadline_cluster_last_ok_timestamp_seconds", "When each cluster loop "
             "(renew, heartbeat, listen) last did its work (unix seconds)", "loop",
-            lambda: cluster.last_ok)
+            cluster.health)
