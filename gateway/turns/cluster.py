@@ -252,7 +252,12 @@ class Cluster:
         must not release the lease the first retake has just taken again."""
         if chat_key in self._retaking:
             return
+        # The take to give up is the one the dropped work began under: when the chat was
+        # taken again since, releasing by that generation leaves the newer take alone.
+        fence = current_fence()
         epoch = self._let_go(chat_key)
+        if fence is not None and fence.chat_key == chat_key:
+            epoch = fence.epoch
         self._routed.pop(chat_key, None)
         self._retaking.add(chat_key)
         self._spawn(self._retake(chat_key, first, epoch), f"retake:{chat_key}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from storage.postgres import PostgresSessionStore
 from tests.harness.cli import threadline
 from tests.harness.gateway import summarizing_responder, write_config
 
@@ -82,3 +83,39 @@ async def test_compress_in_the_console_and_from_the_shell(tmp_path, fake_openai)
     sessions = json.loads((await threadline("sessions", "list", "--json", "--config", config,
                                             home=tmp_path)).out)
     assert sum(1 for s in sessions if s["kind"] == "compression") >= 2
+
+
+async def test_compress_from_the_shell_on_postgresql_takes_the_chat_or_refuses(
+        tmp_path, fake_openai, postgres_url):
+    """Issue 47, point 2: on a database several processes share, the shell command takes
+    the chat's lease for its compaction (it used to be fenced out as a member that never
+    claimed one, after paying for the summary), and while a running process holds the
+    chat it refuses in one sentence before any model call."""
+    fake_openai.responder = summarizing_responder
+    config = str(write_config(tmp_path, model={"base_url": fake_openai.base_url,
+                                               "context_length": 4096},
+                              compression={"protect_last_n": 4},
+                              storage={"url": postgres_url}))
+    talked = await threadline("chat", "--config", config, stdin="\n".join(lines(8)) + "\n",
+                              home=tmp_path)
+    assert talked.code == 0, talked.err
+    calls = len(fake_openai.calls_to("/chat/completions"))
+
+    async with PostgresSessionStore(postgres_url) as store:
+        held = await store.coordination.claim("chat:console:local", "host:1:abc", 60.0)
+        assert held is not None  # a running gateway process answering the chat
+        refused = await threadline("compress", "console:local", "--config", config,
+                                   home=tmp_path)
+        assert refused.code == 1 and "held by a running gateway" in refused.err, refused
+        assert len(refused.err.strip().splitlines()) == 1, refused.err
+        assert len(fake_openai.calls_to("/chat/completions")) == calls  # nothing was asked
+        await store.coordination.release("chat:console:local", "host:1:abc", held)
+
+    shell = await threadline("compress", "console:local", "--focus", "WORD05X",
+                             "--config", config, home=tmp_path)
+    assert shell.code == 0 and "Compressed:" in shell.out, shell
+    async with PostgresSessionStore(postgres_url) as store:
+        [live] = [s for s in await store.list_sessions("console:local") if s.live]
+        assert live.kind == "compression"
+        con_rows = await store.fetch("SELECT count(*) FROM leases")
+    assert con_rows[0][0] == 0  # the shell command gave the chat back
