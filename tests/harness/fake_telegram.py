@@ -164,6 +164,10 @@ class FakeTelegram(FakeServer):
         self.fail_method_next(method, 429, f"Too Many Requests: retry after {retry_after:g}",
                               times=times, parameters={"retry_after": retry_after})
 
+    def failures_left(self, method: str) -> int:
+        """How many of the errors queued for `method` have not been answered yet."""
+        return len(self._failures[method.lower()])
+
     def fail_chat_member_next(self, status: int = 400, times: int = 1) -> None:
         """Make getChatMember fail, e.g. 400 for a chat the bot cannot see, or 500."""
         description = "Bad Request: chat not found" if status == 400 else None
