@@ -59,6 +59,7 @@ class PostgresCoordination(Coordination):
         self._lost = asyncio.Event()  # set when the notice connection ends
         self._keeper: asyncio.Task[None] | None = None
         self.listening_ok_at = 0.0
+        self.ping_every_s = PING_EVERY_S
 
     async def claim(self, name: str, holder: str, ttl: float, *,
                     take_expired: bool = True) -> int | None:
@@ -133,7 +134,7 @@ class PostgresCoordination(Coordination):
         that closed nothing, then closed here)."""
         while True:
             try:
-                await asyncio.wait_for(self._lost.wait(), PING_EVERY_S)
+                await asyncio.wait_for(self._lost.wait(), self.ping_every_s)
                 return
             except TimeoutError:
                 pass

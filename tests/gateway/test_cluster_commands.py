@@ -8,33 +8,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.service.app import Gateway
 from gateway.turns.worker import STOPPED
-from gateway.wiring import create_gateway
-from tests.harness.gateway import close, config_for
-from tests.harness.platform import RecordingPlatform
+from tests.harness.gateway import close, cluster_member
 from tests.harness.waiting import eventually
 
 CHAT = "test:1"
 
 
-async def _member(tmp_path: Path, base_url: str, db_url: str) -> tuple[Gateway,
-                                                                      RecordingPlatform]:
-    tmp_path.mkdir()
-    config = config_for(tmp_path, base_url, storage={"url": db_url},
-                        streaming={"enabled": False},
-                        gateway={"open": True, "coalesce_ms": 0, "lease_seconds": 30})
-    platform = RecordingPlatform()
-    gw = create_gateway(config, [platform])
-    await gw.initialize()
-    await gw.start()
-    return gw, platform
-
-
 async def test_stop_sent_to_the_other_process_stops_the_turn_where_it_runs(
         tmp_path: Path, fake_openai, postgres_url) -> None:
     fake_openai.delay_next(20)  # the turn is still with the model when /stop comes
-    (a, at_a), (b, at_b) = [await _member(tmp_path / n, fake_openai.base_url, postgres_url)
+    (a, at_a), (b, at_b) = [await cluster_member(tmp_path / n, fake_openai.base_url, postgres_url)
                             for n in ("a", "b")]
     try:
         await at_a.say("write me a long story", message_id="10")
@@ -53,7 +37,7 @@ async def test_stop_sent_to_the_other_process_stops_the_turn_where_it_runs(
 async def test_a_command_queued_where_the_chat_was_lost_runs_once_at_its_new_holder(
         tmp_path: Path, fake_openai, postgres_url) -> None:
     fake_openai.delay_next(3)  # the turn before the command is with the model meanwhile
-    (a, at_a), (b, at_b) = [await _member(tmp_path / n, fake_openai.base_url, postgres_url)
+    (a, at_a), (b, at_b) = [await cluster_member(tmp_path / n, fake_openai.base_url, postgres_url)
                             for n in ("a", "b")]
     assert a.cluster is not None and b.cluster is not None
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gateway.wiring import create_gateway
 from storage.postgres import PostgresSessionStore
-from tests.harness.gateway import close, config_for
+from tests.harness.gateway import close, cluster_member, config_for
 from tests.harness.platform import RecordingPlatform
 from tests.harness.waiting import eventually
 
@@ -66,3 +66,38 @@ async def test_a_turn_whose_chat_was_lost_and_taken_back_meanwhile_stores_and_se
     assert [m.message["content"] for m in history if m.message["role"] == "assistant"] == [
         "answer 2"]
     assert row is None  # answered, nothing left open
+
+
+async def test_a_turn_dropped_for_a_lost_chat_is_still_charged_and_holds_nothing(
+        tmp_path: Path, fake_openai, postgres_url) -> None:
+    """Issue 47, point 9: the model was paid for the dropped turn; its tokens count against
+    the user's budget, and its hold does not stand for 15 minutes in the other turns' way."""
+    fake_openai.delay_next(3)  # the turn is with the model when its chat moves
+    budgets = {"budgets": {"user": {"day": {"tokens": 60_000}}}}  # near: turns hold first
+    (a, at_a), (b, at_b) = [await cluster_member(tmp_path / n, fake_openai.base_url,
+                                                 postgres_url, **budgets) for n in ("a", "b")]
+    assert a.cluster is not None and b.cluster is not None
+    try:
+        await at_a.say("hello", message_id="30")
+        await fake_openai.wait_for_call("/chat/completions", timeout=30)
+        [(holds,)] = await a.store.fetch("SELECT count(*) FROM spend_holds")
+        assert holds > 0  # the turn holds its estimate while the model answers
+        await b.store.fetch("UPDATE leases SET expires_at = 0 WHERE name = $1", LEASE)
+        await b.cluster.sweep()
+        await a.cluster.renew()
+        await at_b.wait_delivered(1, timeout=30)
+        await eventually(lambda: len(fake_openai.calls_to("/chat/completions")) == 2)
+        await eventually(lambda: not a.router.busy(CHAT), timeout=30)
+        holds_after = await a.store.fetch("SELECT count(*) FROM spend_holds")
+        usage = await a.store.fetch("SELECT input + output + cache_read + cache_write"
+                                    " FROM usage WHERE purpose = 'chat'")
+        counters = await a.store.fetch("SELECT tokens FROM spend_counters"
+                                       " WHERE key LIKE 'user:%'")
+    finally:
+        await close(b)
+        await close(a)
+    assert at_a.texts() == [] and at_b.texts() == ["echo: hello"]
+    assert holds_after == [(0,)]
+    assert len(usage) == 2  # both calls were made and paid: both are booked
+    # The user's day and month counters each hold both calls.
+    assert [row[0] for row in counters] == [sum(row[0] for row in usage)] * 2

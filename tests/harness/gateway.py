@@ -54,6 +54,18 @@ async def started_gateway(config: Config, platforms: list[PlatformFactory]) -> G
     return gateway
 
 
+async def cluster_member(home: Path, base_url: str, db_url: str, **sections: Any
+                         ) -> tuple[Gateway, RecordingPlatform]:
+    """A started gateway on a shared PostgreSQL database, as one of several processes
+    (leases, fenced writes, notices), on a recording platform of its own; `home` is made."""
+    await asyncio.to_thread(home.mkdir)
+    config = config_for(home, base_url, storage={"url": db_url}, streaming={"enabled": False},
+                        gateway={"open": True, "coalesce_ms": 0, "lease_seconds": 30},
+                        **sections)
+    platform = RecordingPlatform()
+    return await started_gateway(config, [platform]), platform
+
+
 async def after_restart(config: Config, deliveries: int, *, settle: float = 0.0
                         ) -> RecordingPlatform:
     """Start a new gateway on the same store, let it recover until `deliveries` inbound

@@ -70,3 +70,22 @@ async def test_a_listener_met_by_a_garbled_server_keeps_trying_and_hears_again(
         await relay.stop()
     assert relay.garbled_answers >= 2
     assert "listening for notices again" in caplog.text
+
+
+async def test_a_healthy_listener_shows_its_last_proof_of_life(postgres_url: str) -> None:
+    """Issue 47, point 9: the listen loop's health time moves while LISTEN works (each
+    ping answered), so the alert on a time that stops moving fires only when it stops."""
+    store = PostgresSessionStore(postgres_url)
+    await store.initialize()
+    try:
+        store.coordination.ping_every_s = 0.1
+        await store.coordination.listen(lambda payload: None)
+        connected = store.coordination.listening_ok_at
+        assert connected > 0
+        for _ in range(100):
+            if store.coordination.listening_ok_at > connected:
+                break
+            await asyncio.sleep(0.05)
+        assert store.coordination.listening_ok_at > connected, "no ping counted"
+    finally:
+        await store.shutdown()
