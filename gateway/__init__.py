@@ -10,7 +10,7 @@ Its folders follow a message's path, and imports run down that path, never back 
     delivery/       what goes out to a platform: paced sends, previews, rendering
 
 A folder may import from the folders below it, never from one above. The modules at
-this level (auth, metrics, offload, store_open) and config/ and mcp/ are shared by every
+this level (auth, clock, metrics, offload, store_open) and config/ and mcp/ are shared by every
 folder and import none of them. tests/gateway/test_layout.py reads the imports and
 holds them to this order (docs/architecture.md, "The gateway's folders").
 """

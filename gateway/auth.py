@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from gateway.clock import monotonic as clock_monotonic
 from gateway.config import Config
 from platforms.base import InboundMessage, PlatformAdapter
 
@@ -32,7 +32,7 @@ REFUSAL_INTERVAL_S = 3600.0  # one refusal per chat per hour, then silence
 
 
 class Authorizer:
-    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, config: Config, clock: Callable[[], float] = clock_monotonic,
                  lookup: AdminLookup = _hint) -> None:
         self.lookup = lookup  # wiring sets it to ask the adapters (ask_adapters)
         gw = config.gateway

@@ -12,6 +12,12 @@ from typing import Any
 from platforms.text import markdown_balanced, split_message
 
 
+def loop_time() -> float:
+    """The running event loop's time: what adapters time their own waits and caches by, as
+    the gateway does (gateway/clock.py), so a test that moves its loop's clock moves theirs."""
+    return asyncio.get_running_loop().time()
+
+
 @dataclass(frozen=True)
 class ChatRef:
     """Where a reply goes: a platform chat, optionally a thread or forum topic in it."""

@@ -8,10 +8,10 @@ docs/architecture.md, "Sending").
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 
+from gateway.clock import monotonic as clock_monotonic
 from platforms.base import SendLimits
 
 MINUTE_S = 60.0
@@ -20,7 +20,7 @@ MINUTE_S = 60.0
 class SendBudget:
     """Paces one platform's outgoing calls to the limits it declares."""
 
-    def __init__(self, limits: SendLimits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: SendLimits, clock: Callable[[], float] = clock_monotonic) -> None:
         self.limits = limits
         self._clock = clock
         self._next: dict[str, float] = {}  # chat -> earliest time of its next message

@@ -13,10 +13,10 @@ import asyncio
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from gateway.clock import monotonic as clock_monotonic
 from gateway.delivery.budget import SendBudget
 from gateway.delivery.rendering import Renderer
 from gateway.metrics import Metrics
@@ -72,7 +72,7 @@ class LiveReply:
                  *, interval_s: float, reply_to: str | None, draft_id: int,
                  metrics: Metrics, renderer: Renderer,
                  on_preview: Callable[[int, str], Awaitable[None]] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = clock_monotonic,
                  allowed: Callable[[], bool] = lambda: True) -> None:
         self.chat = chat
         self.allowed = allowed  # False once this process may have lost the chat (a pause)

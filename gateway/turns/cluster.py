@@ -18,9 +18,9 @@ import logging
 import os
 import secrets
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from gateway import clock
 from gateway.turns.jobs import HoldJob, Job, ResendJob, recovery_jobs
 from storage.coordination import Coordination, Fence, current_fence
 from storage.errors import StoreError
@@ -100,7 +100,7 @@ class Cluster:
     # --- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         await self.coordination.listen(self._heard, self._relisten)
-        self.last_ok["listen"] = time.time()
+        self.last_ok["listen"] = clock.wall()
         await self.sweep()  # what a dead process (or our own last run) left open
         # Renewal runs on its own: other heartbeat work (a slow sweep) never delays it.
         self._loops = [asyncio.create_task(self._forever("renew", self.renew),
@@ -159,7 +159,7 @@ class Cluster:
         if not fresh:
             return  # adopted twice (a notice and a sweep): already with the router
         routed.update(fresh)
-        self.held[chat_key] = time.monotonic()
+        self.held[chat_key] = clock.monotonic()
         self._submit(chat_key, job)
 
     async def adopt_open(self, chat_key: str) -> None:
@@ -189,7 +189,7 @@ class Cluster:
     async def _claim(self, chat_key: str) -> bool:
         """Take the chat's lease (a new generation) when it is free or ours, or expired
         unless the database was just out of reach (see `_patient_until`)."""
-        asked = time.monotonic()
+        asked = clock.monotonic()
         epoch = await self.coordination.claim(f"chat:{chat_key}", self.holder, self.ttl,
                                               take_expired=self._may_take_expired())
         if epoch is None:
@@ -198,12 +198,12 @@ class Cluster:
         return True
 
     def _may_take_expired(self) -> bool:
-        return time.monotonic() >= self._patient_until
+        return clock.monotonic() >= self._patient_until
 
     def _took(self, chat_key: str, asked: float, epoch: int) -> None:
         """The chat is ours from now; whatever we knew of it before is not trusted."""
         self._moved(chat_key)
-        self.held[chat_key] = time.monotonic()
+        self.held[chat_key] = clock.monotonic()
         self._epochs[chat_key] = epoch
         self._sure_until[chat_key] = self._sure_from(asked)
 
@@ -228,7 +228,7 @@ class Cluster:
         for it. False once the lease may have lapsed (a pause, renewals failing), until a
         renewal says it is still ours; and for work begun under an older take of the chat
         (its fence), once the chat was taken again since."""
-        if chat_key not in self.held or time.monotonic() >= self._sure_until.get(chat_key, 0):
+        if chat_key not in self.held or clock.monotonic() >= self._sure_until.get(chat_key, 0):
             return False
         fence = current_fence()
         return fence is None or fence.chat_key != chat_key \
@@ -309,12 +309,12 @@ class Cluster:
             if failures:
                 log.info("cluster %s works again after %d failed tries", name, failures)
             failures = 0
-            self.last_ok[name] = time.time()
+            self.last_ok[name] = clock.wall()
 
     async def renew(self) -> None:
         """Extend our leases; a chat whose lease was lost is dropped from ours."""
         roles = set(self._roles)
-        asked, before = time.monotonic(), set(self.held)  # a chat taken meanwhile is not
+        asked, before = clock.monotonic(), set(self.held)  # a chat taken meanwhile is not
         try:  # in this renewal
             kept = await self.coordination.renew(
                 self.holder, self.ttl, [f"chat:{k}" for k in before] + list(roles))
@@ -323,7 +323,7 @@ class Cluster:
             raise
         if self._cut_off:  # the database is back: let every holder renew first
             self._cut_off = False
-            self._patient_until = time.monotonic() + self.ttl
+            self._patient_until = clock.monotonic() + self.ttl
             log.info("cluster: the database answers again; taking no expired lease of "
                      "another process for %.0f s, while each renews its own", self.ttl)
         for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
@@ -338,14 +338,14 @@ class Cluster:
     def _relisten(self) -> None:
         """Listening again after the connection was lost: notices sent meanwhile were
         missed, so look at our chats and the unattended ones as a notice would."""
-        self.last_ok["listen"] = time.time()
+        self.last_ok["listen"] = clock.wall()
         for chat_key in list(self.held):
             self._spawn(self.offer(chat_key), f"relisten:{chat_key}")
         self._spawn(self.sweep(), "relisten-sweep")
 
     async def beat(self) -> None:
         """Give up idle chats; adopt chats nobody attends."""
-        now = time.monotonic()
+        now = clock.monotonic()
         for chat_key, last in list(self.held.items()):
             if not self._busy(chat_key) and now - last > self.ttl:
                 await self._release(chat_key)
@@ -376,7 +376,7 @@ class Cluster:
         """Return once this process holds `role`; until then, try every third of a lease."""
         waiting = False
         while True:
-            asked = time.monotonic()
+            asked = clock.monotonic()
             try:
                 if await self.coordination.claim(role, self.holder, self.ttl) is not None:
                     break
@@ -391,7 +391,7 @@ class Cluster:
 
     def may_lead(self, role: str) -> bool:
         """Whether this process surely still holds `role` (see `may_act`)."""
-        return time.monotonic() < self._roles.get(role, 0)
+        return clock.monotonic() < self._roles.get(role, 0)
 
     def health(self) -> dict[str, float]:
         """When each loop last worked (unix seconds): renew, heartbeat, and listen, which

@@ -7,11 +7,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-import time
 from collections.abc import Mapping, Sequence
 
 from agent.redact import redact
 from agent.tokens import estimate_text
+from gateway import clock
 from gateway.config.groups import GroupContextConfig, GroupSettings
 from gateway.turns.chat_settings import PerChat
 from gateway.turns.speakers import label
@@ -101,7 +101,7 @@ class RoomContext:
                 or self.rooms.context(msg.platform, msg.chat_key) is None):
             return
         kept = ObservedMessage(msg.platform, msg.chat_key, msg.message_id, msg.user_id,
-                               msg.user_name, redact(msg.text), time.time())
+                               msg.user_name, redact(msg.text), clock.wall())
         try:
             await self.store.observe(kept)
         except StoreError as exc:
@@ -116,7 +116,7 @@ class RoomContext:
         settings = self.rooms.context(first.platform, chat_key)
         if settings is None or not first.extra.get("is_group"):
             return None
-        since = time.time() - settings.max_age_minutes * 60
+        since = clock.wall() - settings.max_age_minutes * 60
         newest = await self.store.observed(chat_key, first.id, records[-1].received_at,
                                            since, settings.max_messages)
         lines: list[str] = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gateway import clock
 from platforms.base import Attachment, ChatRef, InboundMessage
 from storage.models import InboundRecord
 
@@ -26,7 +26,7 @@ class MessageJob:
 
     chat: ChatRef
     record: InboundRecord
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=clock.monotonic)
 
 
 @dataclass
@@ -37,7 +37,7 @@ class CommandJob:
     record: InboundRecord
     name: str
     args: str
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=clock.monotonic)
 
 
 @dataclass
@@ -46,7 +46,7 @@ class ResendJob:
 
     chat: ChatRef
     records: tuple[InboundRecord, ...]
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=clock.monotonic)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class HoldJob:
     short waits until other chats were served (gateway/turns/recovery.py)."""
 
     release: asyncio.Event
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=clock.monotonic)
 
 
 Job = MessageJob | CommandJob | ResendJob | HoldJob

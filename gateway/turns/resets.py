@@ -20,6 +20,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from gateway.clock import utc_now
 from gateway.config.models import SessionResetConfig
 from gateway.turns.conversations import Conversations
 from storage.base import SessionStore
@@ -33,11 +34,8 @@ NOTICES = {
             "earlier one is kept.)",
     "daily": "(A new day, a fresh conversation; yesterday's is kept.)",
 }
-Clock = Callable[[], dt.datetime]
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+Clock = Callable[[], dt.datetime]  # the calendar; gateway/clock.py's utc_now by default
+__all__ = ["Clock", "utc_now"]
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from gateway import clock
 from gateway.turns.jobs import HoldJob, Job, MessageJob, Running
 
 log = logging.getLogger(__name__)
@@ -133,10 +133,10 @@ class ChatRouter:
         batch: list[Job] = [first]
         self._take_messages(chat, batch)
         if len(batch) > 1 and self._coalesce > 0:
-            deadline = time.monotonic() + self._coalesce * MAX_COALESCE_WAIT_FACTOR
+            deadline = clock.monotonic() + self._coalesce * MAX_COALESCE_WAIT_FACTOR
             while True:
                 quiet_until = batch[-1].arrived + self._coalesce
-                wait = min(quiet_until, deadline) - time.monotonic()
+                wait = min(quiet_until, deadline) - clock.monotonic()
                 if wait <= 0:
                     break
                 await asyncio.sleep(wait)

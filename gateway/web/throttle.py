@@ -11,11 +11,12 @@ clears the address; an address that stops failing is forgotten after `FORGET_S`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter
+
+from gateway import clock
 
 BASE_S = 0.1
 GROWTH = 1.04
@@ -47,7 +48,7 @@ class SignInThrottle:
                              registry=self.registry)
 
     def _client(self, address: str) -> _Client:
-        now = time.monotonic()
+        now = clock.monotonic()
         client = self._clients.pop(address, None)
         if client is None or (now - client.last > FORGET_S and not client.turn.locked()):
             client = _Client()
@@ -67,7 +68,7 @@ class SignInThrottle:
         """A wrong token from `address`: wait its penalty (inside its turn)."""
         client = self._client(address)
         client.failures += 1
-        client.last = time.monotonic()
+        client.last = clock.monotonic()
         self.wrong.inc()
         await asyncio.sleep(delay_after(client.failures))
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from telegram import Message, MessageEntity, User
 from telegram.constants import ChatMemberStatus, ChatType
 
-from platforms.base import Attachment, InboundMessage
+from platforms.base import Attachment, InboundMessage, loop_time
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +27,11 @@ class AdminCache:
     """
 
     def __init__(self, lookup: Callable[[int, int], Awaitable[str]],
-                 ttl_s: float = ADMIN_TTL_S, clock: Callable[[], float] = time.monotonic
+                 ttl_s: float = ADMIN_TTL_S, clock: Callable[[], float] | None = None
                  ) -> None:
         self._lookup = lookup
         self._ttl = ttl_s
-        self._clock = clock
+        self._clock = clock or loop_time
         self._known: dict[tuple[int, int], tuple[bool, float]] = {}
 
     async def is_admin(self, chat_id: int, user_id: int) -> bool:

@@ -23,7 +23,6 @@ import collections
 import contextlib
 import datetime as dtm
 import logging
-import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from telegram import Bot, Update
 from telegram.error import EndPointNotFound, InvalidToken, RetryAfter, TelegramError
 from telegram.warnings import PTBUserWarning
 
+from platforms.base import loop_time
 from platforms.telegram.updates import FAILED, read_update, size_of, skipped, update_id_of
 
 log = logging.getLogger(__name__)
@@ -221,9 +221,9 @@ class Trouble:
     then at most one summary a minute while it goes on, one line when it works again."""
 
     def __init__(self, every_s: float = SUMMARY_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.every_s = every_s
-        self.clock = clock
+        self.clock = clock or loop_time
         self._kind: str | None = None
         self._unsaid = 0  # failures since the last line
         self._failures = 0  # since polling last worked

@@ -21,7 +21,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("gateway.inbound",),
     ("gateway.turns",),
     ("gateway.delivery",),
-    ("gateway.auth", "gateway.metrics", "gateway.offload", "gateway.store_open",
+    ("gateway.auth", "gateway.clock", "gateway.metrics", "gateway.offload", "gateway.store_open",
      "gateway.config", "gateway.mcp"),
 )
 PACKAGE = "gateway"  # gateway/__init__.py: a docstring, on no level, importing nothing
