@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from storage.models import InboundRecord
+
 
 @dataclass(frozen=True)
 class Fence:
@@ -27,6 +29,18 @@ class Fence:
 
     chat_key: str
     epoch: int
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A chat has a message a process did not route itself. `to`: the process it is for
+    (the chat's holder when it was stored), None for whoever holds or may take the chat;
+    `record`: the message's ledger row as stored, when it came with the notice (the holder
+    then need not read it)."""
+
+    chat_key: str
+    to: str | None = None
+    record: InboundRecord | None = None
 
 
 # The take the work running now was begun under. It travels with the work as a context
@@ -83,8 +97,9 @@ class Coordination(ABC):
         """Tell whoever holds the chat that it has a new message."""
 
     @abstractmethod
-    async def listen(self, callback: Callable[[str], None],
+    async def listen(self, callback: Callable[[Notice], None],
                      reconnected: Callable[[], None] = lambda: None) -> None:
-        """Call `callback(chat_key)` on every notice, from now until the store shuts down.
+        """Call `callback(notice)` on every notice, from now until the store shuts down
+        (notices addressed to other processes included: the callback tells them apart).
         A lost connection is made again (with growing pauses) for as long as that lasts;
         `reconnected()` is called then, since notices sent meanwhile were missed."""

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway import clock
 from gateway.turns.jobs import HoldJob, Job, ResendJob, recovery_jobs
-from storage.coordination import Coordination, Fence, current_fence
+from storage.coordination import Coordination, Fence, Notice, current_fence
 from storage.errors import StoreError
 from storage.models import InboundRecord
 
@@ -91,10 +91,12 @@ class Cluster:
         # metrics: a loop that keeps failing shows as a time that stops moving.
         self.last_ok: dict[str, float] = {}
         # After the database was out of reach, every holder's leases may have expired
-        # with no one able to renew them: for one lease period this process takes no
-        # expired lease of another's, so each holder first renews its own (and records
-        # what it sent meanwhile) instead of having its replies sent again by another.
-        self._cut_off = False
+        # with no one able to renew them: while this process's renewals fail, and for one
+        # lease period after they work again (or after the notice connection came back),
+        # it takes no expired lease of another's, so each holder first renews its own (and
+        # records what it sent meanwhile) instead of having its replies sent again by
+        # another. Free leases are taken as ever.
+        self._cut_off = False  # the last renewal failed
         self._patient_until = 0.0  # monotonic
 
     # --- lifecycle --------------------------------------------------------------------
@@ -198,7 +200,10 @@ class Cluster:
         return True
 
     def _may_take_expired(self) -> bool:
-        return clock.monotonic() >= self._patient_until
+        return not self._cut_off and clock.monotonic() >= self._patient_until
+
+    def _be_patient(self) -> None:
+        self._patient_until = max(self._patient_until, clock.monotonic() + self.ttl)
 
     def _took(self, chat_key: str, asked: float, epoch: int) -> None:
         """The chat is ours from now; whatever we knew of it before is not trusted."""
@@ -273,8 +278,22 @@ class Cluster:
             self._retaking.discard(chat_key)
         await self.offer(chat_key)
 
-    def _heard(self, chat_key: str) -> None:
-        self._spawn(self.offer(chat_key), f"notice:{chat_key}")
+    def _heard(self, notice: Notice) -> None:
+        """A notice: ours to act on when addressed to us or to whoever holds the chat (every
+        process hears every notice; one for another process costs nothing here)."""
+        if notice.to is not None and notice.to != self.holder:
+            return
+        self._spawn(self._noticed(notice), f"notice:{notice.chat_key}")
+
+    async def _noticed(self, notice: Notice) -> None:
+        """Route the message the notice brought, when every row open before it is routed
+        here already (no read, as for a message stored here); else look at the chat."""
+        record, chat_key = notice.record, notice.chat_key
+        if record is not None and self.may_act(chat_key) \
+                and set(record.open_before or ()) <= self._routed.get(chat_key, set()):
+            await self._adopt(record)
+            return
+        await self.offer(chat_key)
 
     def _spawn(self, work: Awaitable[None], name: str) -> None:
         async def run() -> None:
@@ -323,7 +342,7 @@ class Cluster:
             raise
         if self._cut_off:  # the database is back: let every holder renew first
             self._cut_off = False
-            self._patient_until = clock.monotonic() + self.ttl
+            self._be_patient()
             log.info("cluster: the database answers again; taking no expired lease of "
                      "another process for %.0f s, while each renews its own", self.ttl)
         for chat_key in [k for k in before & self.held.keys() if f"chat:{k}" not in kept]:
@@ -337,8 +356,11 @@ class Cluster:
 
     def _relisten(self) -> None:
         """Listening again after the connection was lost: notices sent meanwhile were
-        missed, so look at our chats and the unattended ones as a notice would."""
+        missed, so look at our chats and the unattended ones as a notice would; the
+        database may have been away for everyone, so no expired lease is taken for a
+        while (`_be_patient`)."""
         self.last_ok["listen"] = clock.wall()
+        self._be_patient()
         for chat_key in list(self.held):
             self._spawn(self.offer(chat_key), f"relisten:{chat_key}")
         self._spawn(self.sweep(), "relisten-sweep")

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from storage.coordination import Coordination
+from storage.coordination import Coordination, Notice
 from storage.errors import StoreError
+from storage.postgres.notices import read_notice
 from storage.urls import scrub
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class PostgresCoordination(Coordination):
     async def notify(self, chat_key: str) -> None:
         await self._store.fetch("SELECT pg_notify($1, $2)", CHANNEL, chat_key)
 
-    async def listen(self, callback: Callable[[str], None],
+    async def listen(self, callback: Callable[[Notice], None],
                      reconnected: Callable[[], None] = lambda: None) -> None:
         if self._keeper is not None:
             raise StoreError("already listening")
@@ -90,9 +91,14 @@ class PostgresCoordination(Coordination):
         self._keeper = asyncio.create_task(self._keep_listening(callback, reconnected),
                                            name="cluster-listen")
 
-    async def _connect(self, callback: Callable[[str], None]) -> None:
+    async def _connect(self, callback: Callable[[Notice], None]) -> None:
         def heard(_con: Any, _pid: int, _channel: str, payload: str) -> None:
-            callback(payload)
+            try:
+                notice = read_notice(payload)
+            except (ValueError, TypeError, IndexError, KeyError) as exc:
+                log.warning("cluster: a notice that cannot be read (%s); ignored", exc)
+                return
+            callback(notice)
         lost = asyncio.Event()
         listener = await asyncpg.connect(self._store.url, timeout=CONNECT_TIMEOUT_S)
         listener.add_termination_listener(lambda _con: lost.set())
@@ -104,7 +110,7 @@ class PostgresCoordination(Coordination):
         self._listener, self._lost = listener, lost
         self.listening_ok_at = time.time()
 
-    async def _keep_listening(self, callback: Callable[[str], None],
+    async def _keep_listening(self, callback: Callable[[Notice], None],
                               reconnected: Callable[[], None]) -> None:
         """Whenever the notice connection is lost (a database restart, a network cut),
         connect and LISTEN again, pausing longer after each failed try."""

@@ -12,6 +12,7 @@ import asyncpg
 from storage.errors import ContinuationConflict, StoreError
 from storage.models import NewMessage, OutChunk, SessionRecord, StoredMessage, UsageRecord
 from storage.postgres import spending
+from storage.postgres.notices import notice_sql
 from storage.rows import (
     INBOUND_COLUMNS,
     MAX_CHAIN_DEPTH,
@@ -81,18 +82,21 @@ SEARCH = (
     " WHERE m.search_vector @@ query AND ($2::text IS NULL OR s.chat_key = $2)"
     " ORDER BY ts_rank(m.search_vector, query) DESC, m.id LIMIT $3")
 # The row, the chat's rows open before it, and the live holder of the chat's lease when that
-# is another process ($10 is this one): then its notice goes in the same statement, and the
-# message is on its way to its holder without a claim of ours (docs/scale-out.md).
+# is another process ($10 is this one): then the notice to it goes in the same statement,
+# carrying the row, so the message is on its way to its holder without a claim of ours and
+# the holder need not read it (docs/scale-out.md, "Who answers a chat").
+_NOTICE_ROW = ("json_build_array(a.id, $1::text, $2::text, $3::text, $4::text, $5::text,"
+               " $6::text, $7::text, $8::float8, 'pending', NULL, $9::text, NULL, 0, o.ids)::text")
 INGEST = ("WITH added AS (INSERT INTO inbound (platform, chat_id, message_id, chat_key, text,"
           " sender_id, sender_name, received_at, extra)"
           " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING id),"
+          " open AS (SELECT ARRAY(SELECT o.id FROM inbound AS o"
+          " WHERE o.chat_key = $4 AND o.status IN ('pending', 'taken')) AS ids),"
           " held AS (SELECT holder FROM leases WHERE name = 'chat:' || $4 AND holder <> $10"
           " AND expires_at >= extract(epoch from clock_timestamp()))"
-          " SELECT a.id, ARRAY(SELECT o.id FROM inbound AS o"
-          " WHERE o.chat_key = $4 AND o.status IN ('pending', 'taken')),"
-          " h.holder, CASE WHEN h.holder IS NULL THEN NULL"
-          " ELSE pg_notify('threadline_chats', $4) END"
-          " FROM added AS a LEFT JOIN held AS h ON TRUE")
+          " SELECT a.id, o.ids, h.holder, CASE WHEN h.holder IS NULL THEN NULL"
+          f" ELSE pg_notify('threadline_chats', {notice_sql('h.holder', '$4', _NOTICE_ROW)})"
+          " END FROM added AS a CROSS JOIN open AS o LEFT JOIN held AS h ON TRUE")
 _OPEN = "status IN ('pending', 'taken')"
 _ONE_INBOUND = "WHERE platform = $1 AND chat_id = $2 AND message_id = $3"
 FIND_INBOUND = f"SELECT {INBOUND_COLUMNS} FROM inbound {_ONE_INBOUND}"

@@ -126,8 +126,11 @@ async def test_a_database_stopped_longer_than_the_lease_mid_reply_repeats_and_lo
     finally:
         await stop_all(instances)
     for chat in range(chats):
-        assert _shown(fake_telegram, FIRST_USER + 10 + chat) == [
-            f"[{_text(chat, 0)} part {n}]" for n in range(1, parts + 1)], chat
+        user = FIRST_USER + 10 + chat
+        sends = [(round(c.at, 3), (c.form or {}).get("text", "")[:16]) for c in
+                 fake_telegram.calls_to("sendMessage") if (c.form or {}).get("chat_id") == str(user)]
+        assert _shown(fake_telegram, user) == [
+            f"[{_text(chat, 0)} part {n}]" for n in range(1, parts + 1)], (chat, sends)
     assert maybe == [(0,)]  # nothing even looked as if it might have gone twice
     for instance in instances:
         assert "Traceback" not in instance.log(), instance.log()[-3000:]

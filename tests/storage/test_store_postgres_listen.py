@@ -54,7 +54,7 @@ async def test_a_listener_met_by_a_garbled_server_keeps_trying_and_hears_again(
         store = PostgresSessionStore(through(postgres_url, port))
         await store.initialize()
         try:
-            await store.coordination.listen(heard.put_nowait)
+            await store.coordination.listen(lambda notice: heard.put_nowait(notice.chat_key))
             assert await heard_again(postgres_url, heard, "first", within=10)
             relay.garbled = True
             relay.cut()  # the notice connection is lost; its next tries meet the garble
@@ -79,7 +79,7 @@ async def test_a_healthy_listener_shows_its_last_proof_of_life(postgres_url: str
     await store.initialize()
     try:
         store.coordination.ping_every_s = 0.1
-        await store.coordination.listen(lambda payload: None)
+        await store.coordination.listen(lambda notice: None)
         connected = store.coordination.listening_ok_at
         assert connected > 0
         for _ in range(100):
